@@ -1,0 +1,33 @@
+# The README's commands. Each creates .venv and installs the project first when needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test check clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## make run: set up and serve (gunicorn + django-q2 cluster) on 127.0.0.1:$PORT (8000)
+run: install
+	$(BIN)/python manage.py serve
+
+## make test: set up and run the whole suite (DATABASE_URL picks PostgreSQL)
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make check: lint, format, types, migrations up to date
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,76 @@
+"""Bearer-token authentication and scope permission for the REST API and hook endpoints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from checkpoints.models import ApiToken
+from checkpoints.services.tokens import token_authenticate
+
+if TYPE_CHECKING:  # rest_framework.views imports this module through api_settings
+    from rest_framework.views import APIView
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    """``Authorization: Bearer <token>``; ``request.auth`` is the ``ApiToken``."""
+
+    keyword = b"bearer"
+
+    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, ApiToken] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None
+        if len(parts) != 2:  # noqa: PLR2004
+            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+        try:
+            raw = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
+        token = token_authenticate(raw=raw)
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+        return token.owner, token
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes DRF answer 401 (with this challenge) rather than 403 to missing credentials.
+        return 'Bearer realm="signet"'
+
+
+class HasTokenScope(BasePermission):
+    """Allow a request whose token carries the view's ``required_scope``.
+
+    A view sets ``required_scope`` (one scope for every method) or ``required_scopes`` (a
+    mapping of HTTP method to scope). A view that names no scope admits any valid token.
+    """
+
+    message = "This token lacks the scope this route needs."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        token = request.auth
+        if not isinstance(token, ApiToken):
+            if request.user and request.user.is_authenticated:
+                return False
+            raise exceptions.NotAuthenticated()
+        scope = required_scope_for(request, view)
+        if scope is None:
+            return True
+        if token.has_scope(scope):
+            return True
+        self.message = f"This token lacks the '{scope}' scope."
+        return False
+
+
+def required_scope_for(request: Request, view: Any) -> str | None:
+    """The scope ``view`` needs for ``request.method`` (None when it needs none)."""
+    by_method: dict[str, str] | None = getattr(view, "required_scopes", None)
+    if by_method is not None:
+        method = request.method or "GET"
+        return by_method.get(method, by_method.get("HEAD" if method == "GET" else method))
+    scope: str | None = getattr(view, "required_scope", None)
+    return scope

@@ -1,0 +1,137 @@
+"""``manage.py serve``: set up, then run the web server and the scheduler together.
+
+This is what ``make run`` calls. It migrates, creates the cache table, collects static
+files, makes sure the admin exists, then starts gunicorn and the django-q2 cluster as two
+child processes in the foreground. Ctrl-C (or SIGTERM) stops both; if either dies, the
+other is stopped too and the command exits with an error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from checkpoints.management.commands.ensure_admin import admin_login_from_env, describe_login
+
+STOP_GRACE_SECONDS = 15
+READY_TIMEOUT_SECONDS = 60
+
+
+def default_workers() -> int:
+    """Gunicorn's usual 2 × cores + 1, capped: each sync worker holds one connection."""
+    return min(2 * (os.cpu_count() or 1) + 1, 9)
+
+
+class Command(BaseCommand):
+    help = "Migrate, ensure the admin, and run gunicorn + the django-q2 cluster in the foreground."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument(
+            "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "0"))
+        )
+        parser.add_argument("--no-scheduler", action="store_true", help="Web server only.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host, port = options["host"], options["port"]
+        workers = options["workers"] or default_workers()
+        self.stdout.write("Preparing the database and static files…")
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("createcachetable", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        login = admin_login_from_env()
+
+        project_dir = Path(settings.BASE_DIR)
+        web = subprocess.Popen(
+            [
+                sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",
+                "--bind", f"{host}:{port}",
+                "--workers", str(workers),
+                "--timeout", "30",
+                "--graceful-timeout", "10",
+                "--access-logfile", "-",
+            ],
+            cwd=project_dir,
+            start_new_session=True,
+        )  # fmt: skip
+        children = {"web server": web}
+        if not options["no_scheduler"]:
+            children["scheduler"] = subprocess.Popen(
+                [sys.executable, "manage.py", "qcluster"], cwd=project_dir, start_new_session=True
+            )
+
+        stopping = False
+
+        def request_stop(signum: int, frame: FrameType | None) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGTERM, request_stop)
+
+        display_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        base_url = f"http://{display_host}:{port}"
+        if self._wait_ready(f"{base_url}/healthz", children.values(), lambda: stopping):
+            self.stdout.write(
+                self.style.SUCCESS(f"\nSignet Continuity is running: {base_url}/\n")
+                + f"  admin:     {base_url}/admin/\n"
+                + f"  {describe_login(login)}\n"
+                + f"  health:    {base_url}/healthz\n"
+                + "  scheduler: "
+                + ("off" if options["no_scheduler"] else "django-q2 cluster running")
+                + "\nPress Ctrl-C to stop.\n"
+            )
+        code = 0
+        while not stopping:
+            exited = [name for name, child in children.items() if child.poll() is not None]
+            if exited:
+                returncode = children[exited[0]].returncode
+                code = returncode or 1
+                self.stderr.write(f"The {exited[0]} exited (code {returncode}); stopping.")
+                break
+            time.sleep(0.2)
+        self._stop(list(children.values()))
+        if code:
+            raise CommandError("a child process stopped; the service is down", returncode=code)
+        self.stdout.write("Stopped.")
+
+    def _wait_ready(
+        self, url: str, children: Iterable[subprocess.Popen[bytes]], stop: Callable[[], bool]
+    ) -> bool:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while time.monotonic() < deadline and not stop():
+            if any(child.poll() is not None for child in children):
+                return False
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
+                    if response.status == 200:  # noqa: PLR2004
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.3)
+        return False
+
+    def _stop(self, children: list[subprocess.Popen[bytes]]) -> None:
+        for child in children:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()

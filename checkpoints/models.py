@@ -1,0 +1,359 @@
+"""Signet Continuity's data: agent sessions, their checkpoints, injections, config, tokens.
+
+All continuity state lives here, never in a worker's memory: gunicorn runs several workers
+and a deployment may run several hosts, so every counter is a column updated atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from checkpoints.ids import uuid7
+
+# Claude Code drops any hook output string over this many characters to a file preview.
+HARNESS_CONTEXT_CAP_CHARS = 10_000
+
+
+class Harness(models.TextChoices):
+    CLAUDE_CODE = "claude-code", "Claude Code"
+    CODEX = "codex", "Codex CLI"
+    GEMINI = "gemini", "Gemini CLI"
+    OPENCODE = "opencode", "OpenCode"
+    OPENCLAW = "openclaw", "OpenClaw"
+    API = "api", "API"
+
+
+class Trigger(models.TextChoices):
+    PERIODIC = "periodic", "Periodic"
+    PRE_COMPACTION = "pre_compaction", "Pre-compaction"
+    AGENT = "agent", "Agent narrative"
+    EXPLICIT = "explicit", "Explicit"
+    SESSION_END = "session_end", "Session end"
+
+
+class Scope(models.TextChoices):
+    INGEST = "ingest", "Ingest (hooks)"
+    READ = "read", "Read"
+    WRITE = "write", "Write"
+
+
+def _empty_list() -> list[Any]:
+    return []
+
+
+class Session(models.Model):
+    """One coding-agent session, as its harness names it (``session_key``), per owner."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
+    )
+    session_key = models.CharField(max_length=255)
+    harness = models.CharField(max_length=32, choices=Harness.choices)
+    project = models.CharField(max_length=1024, blank=True)
+    project_normalized = models.CharField(max_length=1024, blank=True)
+    git_root = models.CharField(max_length=1024, blank=True)
+    previous_session = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="continuations",
+        help_text="The session this one continues (handoff lineage).",
+    )
+    started_at = models.DateTimeField(default=timezone.now)
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=128, blank=True)
+    git_branch = models.CharField(max_length=255, blank=True)
+    git_head = models.CharField(max_length=64, blank=True)
+    transcript_path = models.CharField(max_length=4096, blank=True)
+
+    prompt_count = models.PositiveIntegerField(default=0)
+    recent_queries = models.JSONField(default=_empty_list, blank=True)
+    recent_prompts = models.JSONField(default=_empty_list, blank=True)
+    recent_remembers = models.JSONField(default=_empty_list, blank=True)
+    modified_files = models.JSONField(default=_empty_list, blank=True)
+
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_prompt = models.PositiveIntegerField(default=0)
+    checkpoint_pending_since = models.DateTimeField(null=True, blank=True)
+
+    compaction_count = models.PositiveIntegerField(default=0)
+    compact_summary = models.TextField(blank=True)
+    context_tokens = models.PositiveIntegerField(null=True, blank=True)
+    context_percent = models.FloatField(null=True, blank=True)
+    ignored_event_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "agent session"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "session_key"], name="session_key_unique_per_owner"
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")),
+                name="session_ends_after_start",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["owner", "project_normalized", "-last_activity_at"],
+                name="session_owner_project_recent",
+            ),
+            models.Index(fields=["owner", "-last_activity_at"], name="session_owner_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.harness}:{self.session_key}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.ended_at is None
+
+
+class Checkpoint(models.Model):
+    """A structured snapshot of a session's working state, from which recovery is built."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="checkpoints"
+    )
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="checkpoints")
+    # Denormalised from the session for the two indexed look-ups (by session, by project).
+    session_key = models.CharField(max_length=255)
+    project_normalized = models.CharField(max_length=1024, blank=True)
+    harness = models.CharField(max_length=32, choices=Harness.choices)
+    trigger = models.CharField(max_length=32, choices=Trigger.choices)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+
+    digest = models.TextField(blank=True)
+    current_task = models.TextField(blank=True)
+    decisions = models.JSONField(default=_empty_list, blank=True)
+    open_questions = models.JSONField(default=_empty_list, blank=True)
+    blockers = models.JSONField(default=_empty_list, blank=True)
+    next_steps = models.JSONField(default=_empty_list, blank=True)
+    modified_files = models.JSONField(default=_empty_list, blank=True)
+    recent_prompts = models.JSONField(default=_empty_list, blank=True)
+    memory_queries = models.JSONField(default=_empty_list, blank=True)
+    recent_remembers = models.JSONField(default=_empty_list, blank=True)
+    last_assistant_message = models.TextField(blank=True)
+    git_branch = models.CharField(max_length=255, blank=True)
+    git_head = models.CharField(max_length=64, blank=True)
+    context_tokens = models.PositiveIntegerField(null=True, blank=True)
+    prompt_count = models.PositiveIntegerField(default=0)
+    agent_id = models.CharField(max_length=255, blank=True)
+    tags = models.JSONField(default=_empty_list, blank=True)
+    state = models.JSONField(null=True, blank=True, help_text="Opaque runtime state, bounded.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        get_latest_by = "created_at"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(trigger__in=Trigger.values), name="checkpoint_trigger_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["session_key", "-created_at"], name="checkpoint_session_recent"),
+            models.Index(
+                fields=["project_normalized", "-created_at"], name="checkpoint_project_recent"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trigger} checkpoint of {self.session_key} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class Injection(models.Model):
+    """A recovery context handed to a session: the audit of what the agent was told."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="injections")
+    checkpoint = models.ForeignKey(
+        Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="injections"
+    )
+    source = models.CharField(
+        max_length=32, help_text="What asked for it: startup, resume, compact, api…"
+    )
+    match = models.CharField(
+        max_length=32, blank=True, help_text="How the checkpoint was found: session, lineage…"
+    )
+    content = models.TextField()
+    size_chars = models.PositiveIntegerField()
+    omitted = models.JSONField(default=_empty_list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["session", "-created_at"], name="injection_session_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.size_chars} chars into {self.session} ({self.source})"
+
+
+class ContinuityConfig(models.Model):
+    """The one row of checkpoint and recovery policy, edited in the admin.
+
+    Read on every decision through ``checkpoints.services.config.config_get`` (shared cache,
+    evicted on save), so a change applies to the next request of every worker.
+    """
+
+    SINGLETON_ID = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID, editable=False)
+    enabled = models.BooleanField(default=True, help_text="Off: hooks are accepted, nothing kept.")
+    prompt_interval = models.PositiveIntegerField(
+        default=10,
+        validators=[MinValueValidator(1)],
+        help_text="A periodic checkpoint is due after this many prompts…",
+    )
+    time_interval_minutes = models.PositiveIntegerField(
+        default=15,
+        validators=[MinValueValidator(1)],
+        help_text="…or after this many minutes, whichever comes first.",
+    )
+    max_checkpoints_per_session = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(1)]
+    )
+    retention_days = models.PositiveIntegerField(
+        default=7,
+        validators=[MinValueValidator(1)],
+        help_text="Older checkpoints are pruned; each session's latest is always kept.",
+    )
+    recovery_budget_chars = models.PositiveIntegerField(
+        default=2000,
+        validators=[MinValueValidator(200), MaxValueValidator(HARNESS_CONTEXT_CAP_CHARS - 1)],
+        help_text="Reserved for the Session Recovery Context inside the inject budget.",
+    )
+    inject_budget_chars = models.PositiveIntegerField(
+        default=9000,
+        validators=[MinValueValidator(200), MaxValueValidator(HARNESS_CONTEXT_CAP_CHARS - 1)],
+        help_text=f"Everything injected at once; below the harness cap of "
+        f"{HARNESS_CONTEXT_CAP_CHARS:,} characters.",
+    )
+    recovery_window_minutes = models.PositiveIntegerField(
+        default=240,
+        validators=[MinValueValidator(1)],
+        help_text="A new session recovers its project's latest checkpoint if this recent.",
+    )
+    debounce_seconds = models.FloatField(
+        default=2.5, validators=[MinValueValidator(0.0), MaxValueValidator(3600.0)]
+    )
+    pressure_notice_percent = models.PositiveSmallIntegerField(
+        default=50, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    pressure_warning_percent = models.PositiveSmallIntegerField(
+        default=75, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    pressure_critical_percent = models.PositiveSmallIntegerField(
+        default=90, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "continuity settings"
+        verbose_name_plural = "continuity settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="config_singleton"),
+            models.CheckConstraint(
+                condition=Q(prompt_interval__gte=1)
+                & Q(time_interval_minutes__gte=1)
+                & Q(max_checkpoints_per_session__gte=1)
+                & Q(retention_days__gte=1)
+                & Q(recovery_window_minutes__gte=1)
+                & Q(debounce_seconds__gte=0),
+                name="config_intervals_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(inject_budget_chars__lt=HARNESS_CONTEXT_CAP_CHARS)
+                & Q(recovery_budget_chars__lte=F("inject_budget_chars")),
+                name="config_budgets_within_cap",
+            ),
+            models.CheckConstraint(
+                condition=Q(pressure_notice_percent__lt=F("pressure_warning_percent"))
+                & Q(pressure_warning_percent__lt=F("pressure_critical_percent"))
+                & Q(pressure_critical_percent__lte=100),
+                name="config_pressure_ascending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return "Continuity settings"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.recovery_budget_chars > self.inject_budget_chars:
+            errors["recovery_budget_chars"] = (
+                "The recovery budget is reserved inside the inject budget; it cannot exceed it."
+            )
+        if not (
+            self.pressure_notice_percent
+            < self.pressure_warning_percent
+            < self.pressure_critical_percent
+        ):
+            errors["pressure_warning_percent"] = (
+                "Pressure thresholds must rise: notice < warning < critical."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def time_interval(self) -> timedelta:
+        return timedelta(minutes=self.time_interval_minutes)
+
+    @property
+    def recovery_window(self) -> timedelta:
+        return timedelta(minutes=self.recovery_window_minutes)
+
+
+def hash_token(raw: str) -> str:
+    """SHA-256 of a raw token. Tokens carry 256 random bits, so a slow KDF buys nothing."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for the API and the hooks. Only its hash and a prefix are stored."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, db_index=True, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = models.JSONField(default=_empty_list)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def has_scope(self, scope: str) -> bool:
+        return self.is_active and scope in self.scopes
+
+    def clean(self) -> None:
+        unknown = sorted(set(self.scopes) - set(Scope.values))
+        if not self.scopes or unknown:
+            raise ValidationError(
+                {"scopes": f"Choose one or more of {', '.join(Scope.values)}; unknown: {unknown}"}
+            )

@@ -1,0 +1,17 @@
+"""Reads: the queries views, the API and the admin share."""
+
+from __future__ import annotations
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Count, QuerySet
+
+from checkpoints.models import Session
+
+
+def session_list(*, owner: AbstractBaseUser, limit: int = 50) -> QuerySet[Session]:
+    """The owner's sessions, most recently active first, with their checkpoint counts."""
+    return (
+        Session.objects.filter(owner=owner)
+        .annotate(checkpoint_total=Count("checkpoints"))
+        .order_by("-last_activity_at")[:limit]
+    )

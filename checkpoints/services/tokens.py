@@ -1,0 +1,68 @@
+"""API tokens: issue, authenticate, revoke. Raw tokens exist only in the creator's hands."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.utils import timezone
+
+from checkpoints.models import ApiToken, Scope, hash_token
+
+TOKEN_PREFIX = "sig_"
+PREFIX_SHOWN_CHARS = 12  # "sig_" + 8 characters: enough to tell tokens apart in a list
+# Writing last_used_at on every request would make every read a write; a minute is plenty.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def token_create(
+    *, owner: AbstractBaseUser, name: str, scopes: Iterable[str]
+) -> tuple[ApiToken, str]:
+    """Issue a token for ``owner`` with the given scopes; return the row and the raw token.
+
+    The raw token is returned once and never stored: the row keeps its SHA-256 and prefix.
+    """
+    wanted = sorted(set(scopes))
+    unknown = [scope for scope in wanted if scope not in Scope.values]
+    if not wanted or unknown:
+        raise ValueError(f"scopes must be among {', '.join(Scope.values)}; got {wanted}")
+    token = ApiToken(owner=owner, name=name, scopes=wanted)
+    raw = token_assign_secret(token=token)
+    token.save()
+    return token, raw
+
+
+def token_assign_secret(*, token: ApiToken) -> str:
+    """Give an unsaved token a fresh secret (hash and prefix); return the raw secret."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token.prefix = raw[:PREFIX_SHOWN_CHARS]
+    token.token_hash = hash_token(raw)
+    return raw
+
+
+def token_authenticate(*, raw: str) -> ApiToken | None:
+    """Return the active token matching ``raw`` (with its owner loaded), else None."""
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+        return None
+    token = (
+        ApiToken.objects.select_related("owner")
+        .filter(token_hash=hash_token(raw), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None or not token.owner.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+def token_revoke(*, token: ApiToken) -> ApiToken:
+    """Revoke a token; requests carrying it get 401 from now on."""
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token

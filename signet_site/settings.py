@@ -1,0 +1,217 @@
+"""Settings for Signet Continuity.
+
+Everything a deployment changes comes from the environment (django-environ). With no
+environment at all the service runs on SQLite under ``SIGNET_DATA_DIR`` with the django-q2
+ORM broker and a database cache, so one machine needs nothing else. ``DATABASE_URL`` moves
+the data to PostgreSQL and ``REDIS_URL`` moves the cache and the task broker to Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import django_stubs_ext
+import environ
+
+from signet_site.bootstrap_config import (
+    check_deployment_safety,
+    data_dir_from_env,
+    load_or_create_secret_key,
+)
+
+# Lets generic classes (ModelAdmin[Session], QuerySet[...]) be subscripted at run time.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if (BASE_DIR / ".env").is_file():
+    env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DATA_DIR = data_dir_from_env(BASE_DIR)
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="") or load_or_create_secret_key(DATA_DIR)
+ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Behind TLS (a reverse proxy), the cookies must not travel in clear text.
+SIGNET_HTTPS = env.bool("SIGNET_HTTPS", default=False)
+SESSION_COOKIE_SECURE = SIGNET_HTTPS
+CSRF_COOKIE_SECURE = SIGNET_HTTPS
+if SIGNET_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+check_deployment_safety(debug=DEBUG, secret_key=SECRET_KEY, allowed_hosts=ALLOWED_HOSTS)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_q",
+    "checkpoints",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "signet_site.urls"
+WSGI_APPLICATION = "signet_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------
+SQLITE_PATH = DATA_DIR / "signet.sqlite3"
+DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{SQLITE_PATH}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at
+        # BEGIN, so two workers never deadlock upgrading a read lock, they queue on timeout.
+        "init_command": (
+            "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=20000;"
+        ),
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache (throttles and the config cache must be shared by every worker) ----------------
+REDIS_URL = env.str("REDIS_URL", default="")
+CACHES: dict[str, dict[str, Any]]
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "signet",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "signet_cache",
+            "OPTIONS": {"MAX_ENTRIES": 50_000},
+        }
+    }
+
+# --- Task queue and scheduler (django-q2) --------------------------------------------------
+Q_CLUSTER: dict[str, Any] = {
+    "name": "signet",
+    "workers": env.int("Q_WORKERS", default=2),
+    "timeout": 120,
+    "retry": 300,
+    "max_attempts": 3,
+    "catch_up": False,
+    "save_limit": 500,
+    "label": "Tasks",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+    Q_CLUSTER["poll"] = 0.5
+
+# --- Auth, i18n, static ---------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "admin:login"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+# Hook payloads and API bodies: anything larger is refused before it is parsed.
+SIGNET_MAX_BODY_BYTES = env.int("SIGNET_MAX_BODY_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = SIGNET_MAX_BODY_BYTES
+
+# --- REST framework -----------------------------------------------------------------------
+REST_FRAMEWORK: dict[str, Any] = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["checkpoints.api.auth.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["checkpoints.api.auth.HasTokenScope"],
+    "DEFAULT_THROTTLE_CLASSES": ["checkpoints.api.throttles.TokenScopeThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        # A busy agent sends a few events a second at most; ingest must never throttle it.
+        "ingest": env.str("SIGNET_THROTTLE_INGEST", default="6000/min"),
+        "read": env.str("SIGNET_THROTTLE_READ", default="600/min"),
+        "write": env.str("SIGNET_THROTTLE_WRITE", default="120/min"),
+        "anon": env.str("SIGNET_THROTTLE_ANON", default="60/min"),
+    },
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",
+}
+
+# --- Continuity defaults (the admin's ContinuityConfig starts from these) -----------------
+SIGNET_CONFIG_DEFAULTS: dict[str, Any] = {
+    "enabled": env.bool("SIGNET_ENABLED", default=True),
+    "prompt_interval": env.int("SIGNET_PROMPT_INTERVAL", default=10),
+    "time_interval_minutes": env.int("SIGNET_TIME_INTERVAL_MINUTES", default=15),
+    "max_checkpoints_per_session": env.int("SIGNET_MAX_CHECKPOINTS_PER_SESSION", default=50),
+    "retention_days": env.int("SIGNET_RETENTION_DAYS", default=7),
+    "recovery_budget_chars": env.int("SIGNET_RECOVERY_BUDGET_CHARS", default=2000),
+    "inject_budget_chars": env.int("SIGNET_INJECT_BUDGET_CHARS", default=9000),
+    "recovery_window_minutes": env.int("SIGNET_RECOVERY_WINDOW_MINUTES", default=240),
+    "debounce_seconds": env.float("SIGNET_DEBOUNCE_SECONDS", default=2.5),
+    "pressure_notice_percent": env.int("SIGNET_PRESSURE_NOTICE_PERCENT", default=50),
+    "pressure_warning_percent": env.int("SIGNET_PRESSURE_WARNING_PERCENT", default=75),
+    "pressure_critical_percent": env.int("SIGNET_PRESSURE_CRITICAL_PERCENT", default=90),
+}
+# How long a worker may serve ContinuityConfig from the shared cache; saving it evicts it.
+SIGNET_CONFIG_CACHE_SECONDS = env.int("SIGNET_CONFIG_CACHE_SECONDS", default=300)
+
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

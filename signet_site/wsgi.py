@@ -1,0 +1,9 @@
+"""WSGI entry point (gunicorn serves ``signet_site.wsgi:application``)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signet_site.settings")
+
+application = get_wsgi_application()

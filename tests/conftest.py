@@ -1,0 +1,79 @@
+"""Personas and clients shared by the suite.
+
+Three people, as in every multi-tenant test: the ``owner`` whose data it is, a ``teammate``
+(another real user of the same service) and a ``stranger``; neither of the last two may see
+or touch the owner's data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from checkpoints.services.config import config_cache_clear
+from checkpoints.services.tokens import token_create
+from tests.factories import UserFactory
+
+ALL_SCOPES = ("ingest", "read", "write")
+
+
+@pytest.fixture(autouse=True)
+def _clean_cache(db: Any) -> Iterator[None]:
+    # The database cache outlives a test's transaction only on PostgreSQL's keepdb runs;
+    # clearing keeps throttle counters and the cached config from leaking between tests.
+    cache.clear()
+    config_cache_clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def owner(db: Any) -> Any:
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def teammate(db: Any) -> Any:
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def stranger(db: Any) -> Any:
+    return UserFactory(username="mallory")
+
+
+@pytest.fixture
+def superuser(db: Any) -> Any:
+    return UserFactory(username="root", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def make_token(db: Any) -> Callable[..., str]:
+    """Issue a token: ``make_token(user, "read", "write")`` returns the raw bearer token."""
+
+    def _make(user: Any, *scopes: str, name: str = "test") -> str:
+        _, raw = token_create(owner=user, name=name, scopes=scopes or ALL_SCOPES)
+        return raw
+
+    return _make
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def client_for(make_token: Callable[..., str]) -> Callable[..., APIClient]:
+    """An ``APIClient`` carrying a fresh token of ``user`` with the given scopes."""
+
+    def _client(user: Any, *scopes: str) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(user, *scopes)}")
+        return client
+
+    return _client

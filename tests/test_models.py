@@ -1,0 +1,128 @@
+"""The data model: constraints and indexes in the database, identifiers, token storage."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from checkpoints.ids import uuid7
+from checkpoints.models import ApiToken, Checkpoint, ContinuityConfig, Session
+from checkpoints.services.tokens import token_create, token_revoke
+from tests.factories import CheckpointFactory, SessionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _constraints(model: type) -> dict[str, dict]:
+    with connection.cursor() as cursor:
+        return connection.introspection.get_constraints(cursor, model._meta.db_table)
+
+
+def test_checkpoint_lookup_indexes_exist_in_the_database():
+    constraints = _constraints(Checkpoint)
+    by_columns = {
+        tuple(info["columns"]): name for name, info in constraints.items() if info["index"]
+    }
+    assert ("session_key", "created_at") in by_columns
+    assert ("project_normalized", "created_at") in by_columns
+    assert by_columns[("session_key", "created_at")] == "checkpoint_session_recent"
+    # Both are declared newest-first; the database must keep that order.
+    for name in ("checkpoint_session_recent", "checkpoint_project_recent"):
+        assert constraints[name]["orders"] == ["ASC", "DESC"]
+
+
+def test_session_key_is_unique_per_owner_only(owner, teammate):
+    SessionFactory(owner=owner, session_key="abc")
+    SessionFactory(owner=teammate, session_key="abc")  # another owner may reuse the key
+    with pytest.raises(IntegrityError), transaction.atomic():
+        SessionFactory(owner=owner, session_key="abc")
+    assert Session.objects.filter(session_key="abc").count() == 2
+
+
+def test_session_cannot_end_before_it_started(owner):
+    session = SessionFactory(owner=owner)
+    session.ended_at = session.started_at.replace(year=2000)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        session.save()
+
+
+def test_checkpoint_trigger_is_checked_by_the_database(owner):
+    checkpoint = CheckpointFactory(session__owner=owner)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Checkpoint.objects.filter(pk=checkpoint.pk).update(trigger="whenever")
+
+
+def test_config_is_a_singleton():
+    ContinuityConfig.objects.create()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ContinuityConfig.objects.create(id=2)
+
+
+@pytest.mark.parametrize(
+    "field_values",
+    [
+        {"inject_budget_chars": 10_000},
+        {"recovery_budget_chars": 5000, "inject_budget_chars": 4000},
+        {"prompt_interval": 0},
+        {"debounce_seconds": -1},
+        {"pressure_warning_percent": 40},
+    ],
+)
+def test_config_rules_hold_in_the_database_too(field_values):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ContinuityConfig.objects.create(**field_values)
+
+
+def test_uuid7_is_version_7_and_sorts_by_time():
+    earlier = uuid7(unix_ms=1_700_000_000_000)
+    later = uuid7(unix_ms=1_700_000_000_001)
+    assert earlier.version == 7
+    assert earlier.variant == uuid.RFC_4122
+    assert earlier < later
+    assert int(earlier.hex[:12], 16) == 1_700_000_000_000
+    assert abs(int(uuid7().hex[:12], 16) - time.time_ns() // 1_000_000) < 5_000
+
+
+def test_uuid7_increases_strictly_within_one_millisecond():
+    made = [uuid7() for _ in range(5000)]  # thousands per millisecond
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+
+
+def test_checkpoint_ids_follow_creation_order(owner):
+    session = SessionFactory(owner=owner)
+    made = [CheckpointFactory(session=session).pk for _ in range(5)]
+    assert sorted(made) == made
+
+
+def test_raw_token_is_never_stored(owner):
+    token, raw = token_create(owner=owner, name="laptop", scopes=["ingest"])
+    assert raw.startswith("sig_")
+    assert token.prefix == raw[:12]
+    assert token.token_hash != raw
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {ApiToken._meta.db_table}")  # noqa: S608
+        rows = cursor.fetchall()
+    dumped = repr(rows)
+    assert raw not in dumped
+    assert raw[12:] not in dumped  # not even the secret part
+
+
+def test_scope_checks(owner):
+    token, _ = token_create(owner=owner, name="ci", scopes=["read", "ingest"])
+    assert token.has_scope("read")
+    assert token.has_scope("ingest")
+    assert not token.has_scope("write")
+    token_revoke(token=token)
+    assert not token.has_scope("read")
+
+
+def test_unknown_scope_is_refused(owner):
+    with pytest.raises(ValueError, match="scopes must be among"):
+        token_create(owner=owner, name="bad", scopes=["admin"])
+    with pytest.raises(ValueError, match="scopes must be among"):
+        token_create(owner=owner, name="none", scopes=[])
+    assert not ApiToken.objects.exists()
