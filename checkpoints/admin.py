@@ -199,9 +199,7 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
             return
         raw = token_assign_secret(token=obj)
         super().save_model(request, obj, form, change)
-        messages.warning(
-            request, f"Token created. Copy it now, it will not be shown again: {raw}"
-        )
+        messages.warning(request, f"Token created. Copy it now, it will not be shown again: {raw}")
 
     @admin.action(description="Revoke selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:

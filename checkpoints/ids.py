@@ -22,7 +22,7 @@ _last_counter = 0
 
 def uuid7(*, unix_ms: int | None = None) -> uuid.UUID:
     """Return a new version-7 UUID for now, or for ``unix_ms`` (outside the monotonic run)."""
-    global _last_ms, _last_counter  # noqa: PLW0603
+    global _last_ms, _last_counter
     rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     if unix_ms is not None:
         return _assemble(unix_ms, int.from_bytes(os.urandom(2), "big") & _COUNTER_MAX, rand_b)

@@ -174,7 +174,9 @@ class Checkpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.trigger} checkpoint of {self.session_key} at {self.created_at:%Y-%m-%d %H:%M}"
+        return (
+            f"{self.trigger} checkpoint of {self.session_key} at {self.created_at:%Y-%m-%d %H:%M}"
+        )
 
 
 class Injection(models.Model):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
 from checkpoints.models import Session
 
 
-def session_list(*, owner: AbstractBaseUser, limit: int = 50) -> QuerySet[Session]:
+def session_list(*, owner: User, limit: int = 50) -> QuerySet[Session]:
     """The owner's sessions, most recently active first, with their checkpoint counts."""
     return (
         Session.objects.filter(owner=owner)

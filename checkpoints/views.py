@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -62,6 +63,7 @@ def _scheduler_state() -> str:
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """The owner's sessions, most recent first."""
+    assert isinstance(request.user, User)  # login_required
     return render(
         request, "checkpoints/dashboard.html", {"sessions": session_list(owner=request.user)}
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-SECRET_KEY_FILE = "secret_key"
+SECRET_KEY_FILE = "secret_key"  # noqa: S105 (a file name)
 MIN_SECRET_KEY_LENGTH = 50
 MIN_SECRET_KEY_UNIQUE_CHARS = 5
 
@@ -76,6 +76,4 @@ def check_deployment_safety(*, debug: bool, secret_key: str, allowed_hosts: list
         debug=debug, secret_key=secret_key, allowed_hosts=allowed_hosts
     )
     if reasons:
-        raise ImproperlyConfigured(
-            "Refusing to start with DEBUG off: " + "; ".join(reasons) + "."
-        )
+        raise ImproperlyConfigured("Refusing to start with DEBUG off: " + "; ".join(reasons) + ".")

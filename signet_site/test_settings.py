@@ -7,8 +7,8 @@ import os
 # A fixed key keeps the suite from writing into the developer's data folder.
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-" + "x7Yq3Lm9Pz2Rt8Vw" * 4)
 
-from signet_site.settings import *  # noqa: E402, F403
-from signet_site.settings import Q_CLUSTER  # noqa: E402
+from signet_site.settings import *  # noqa: F403
+from signet_site.settings import Q_CLUSTER
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 Q_CLUSTER["sync"] = True

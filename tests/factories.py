@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import factory
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from checkpoints.models import Checkpoint, Harness, Injection, Session, Trigger
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
-        model = get_user_model()
+        model = User
         django_get_or_create = ("username",)
 
     username = factory.Sequence(lambda n: f"user{n}")
@@ -18,7 +18,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.django.Password("correct horse battery staple")
 
 
-class SessionFactory(factory.django.DjangoModelFactory):
+class SessionFactory(factory.django.DjangoModelFactory[Session]):
     class Meta:
         model = Session
 
@@ -29,7 +29,7 @@ class SessionFactory(factory.django.DjangoModelFactory):
     project_normalized = "/home/alice/src/shop"
 
 
-class CheckpointFactory(factory.django.DjangoModelFactory):
+class CheckpointFactory(factory.django.DjangoModelFactory[Checkpoint]):
     class Meta:
         model = Checkpoint
 
@@ -42,7 +42,7 @@ class CheckpointFactory(factory.django.DjangoModelFactory):
     digest = "## Session Checkpoint\n\nWorking on the checkout flow."
 
 
-class InjectionFactory(factory.django.DjangoModelFactory):
+class InjectionFactory(factory.django.DjangoModelFactory[Injection]):
     class Meta:
         model = Injection
 

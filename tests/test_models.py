@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Model
 
 from checkpoints.ids import uuid7
 from checkpoints.models import ApiToken, Checkpoint, ContinuityConfig, Session
@@ -16,7 +18,7 @@ from tests.factories import CheckpointFactory, SessionFactory
 pytestmark = pytest.mark.django_db
 
 
-def _constraints(model: type) -> dict[str, dict]:
+def _constraints(model: type[Model]) -> dict[str, Any]:
     with connection.cursor() as cursor:
         return connection.introspection.get_constraints(cursor, model._meta.db_table)
 

@@ -26,7 +26,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             return None
-        if len(parts) != 2:  # noqa: PLR2004
+        if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header.")
         try:
             raw = parts[1].decode("ascii")

@@ -20,9 +20,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, exceptions.APIException):
         codes = exc.get_codes()
         code = codes if isinstance(codes, str) else "error"
-        detail = response.data.get("detail", response.data) if isinstance(
-            response.data, dict
-        ) else response.data
+        detail = (
+            response.data.get("detail", response.data)
+            if isinstance(response.data, dict)
+            else response.data
+        )
     else:  # Http404 and PermissionDenied from Django, converted by DRF
         code = "not_found" if response.status_code == 404 else "permission_denied"
         detail = response.data.get("detail") if isinstance(response.data, dict) else None

@@ -34,16 +34,17 @@ class TokenScopeThrottle(SimpleRateThrottle):
         self.rate = self.THROTTLE_RATES.get(self.scope)
         if self.rate is None:
             return True
-        self.num_requests, self.duration = self.parse_rate(self.rate)
+        num_requests, duration = self.parse_rate(self.rate)
+        assert num_requests is not None
+        assert duration is not None
+        self.num_requests, self.duration = num_requests, duration
         self.key = self.cache_format % {"scope": self.scope, "ident": ident}
-        return self._allow()
-
-    def _allow(self) -> bool:
+        # DRF's sliding window: timestamps of the requests still inside it, newest first.
         self.history = self.cache.get(self.key, [])
         self.now = self.timer()
-        while self.history and self.history[-1] <= self.now - self.duration:
+        while self.history and self.history[-1] <= self.now - duration:
             self.history.pop()
-        if len(self.history) >= self.num_requests:
+        if len(self.history) >= num_requests:
             return self.throttle_failure()
         return self.throttle_success()
 

@@ -6,20 +6,18 @@ import secrets
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from checkpoints.models import ApiToken, Scope, hash_token
 
-TOKEN_PREFIX = "sig_"
+TOKEN_PREFIX = "sig_"  # noqa: S105 (a marker, not a secret)
 PREFIX_SHOWN_CHARS = 12  # "sig_" + 8 characters: enough to tell tokens apart in a list
 # Writing last_used_at on every request would make every read a write; a minute is plenty.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 
 
-def token_create(
-    *, owner: AbstractBaseUser, name: str, scopes: Iterable[str]
-) -> tuple[ApiToken, str]:
+def token_create(*, owner: User, name: str, scopes: Iterable[str]) -> tuple[ApiToken, str]:
     """Issue a token for ``owner`` with the given scopes; return the row and the raw token.
 
     The raw token is returned once and never stored: the row keeps its SHA-256 and prefix.

@@ -30,7 +30,7 @@ READY_TIMEOUT_SECONDS = 60
 
 
 def default_workers() -> int:
-    """Gunicorn's usual 2 × cores + 1, capped: each sync worker holds one connection."""
+    """Gunicorn's usual 2 x cores + 1, capped: each sync worker holds one connection."""
     return min(2 * (os.cpu_count() or 1) + 1, 9)
 
 
@@ -55,7 +55,7 @@ class Command(BaseCommand):
         login = admin_login_from_env()
 
         project_dir = Path(settings.BASE_DIR)
-        web = subprocess.Popen(
+        web = subprocess.Popen(  # noqa: S603 (fixed argv, no shell)
             [
                 sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",
                 "--bind", f"{host}:{port}",
@@ -63,6 +63,7 @@ class Command(BaseCommand):
                 "--timeout", "30",
                 "--graceful-timeout", "10",
                 "--access-logfile", "-",
+                "--no-control-socket",
             ],
             cwd=project_dir,
             start_new_session=True,
@@ -117,7 +118,7 @@ class Command(BaseCommand):
                 return False
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
-                    if response.status == 200:  # noqa: PLR2004
+                    if response.status == 200:
                         return True
             except OSError:
                 pass
@@ -125,9 +126,11 @@ class Command(BaseCommand):
         return False
 
     def _stop(self, children: list[subprocess.Popen[bytes]]) -> None:
+        # SIGTERM to each leader only: gunicorn's master and django-q2's sentinel stop their
+        # own workers; signalling the whole group makes the sentinel wait on dead children.
         for child in children:
             if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
+                child.terminate()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for child in children:
             try:
