@@ -1,0 +1,399 @@
+"""Bounded reader for Claude Code session transcripts (``~/.claude/projects/*/<session>.jsonl``).
+
+The format is undocumented (see ``protocols.md`` §2); this reader trusts nothing in it. Only
+the tail of the file is read, every line is parsed on its own, and a line that is not what we
+expect is skipped, so a half-written, truncated or corrupted transcript yields whatever facts
+its readable lines hold. Nothing here raises for I/O errors or bad content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_BYTES = 2 * 1024 * 1024
+
+MAX_PROMPTS = 10
+PROMPT_CHARS = 500
+MESSAGE_CHARS = 2000
+MAX_MODIFIED_FILES = 50
+MAX_TODOS = 100
+MAX_PATH_CHARS = 4096
+# Only used to spot a replayed older response; the cap keeps an endless iterable bounded.
+MAX_USAGE_KEYS = 4096
+
+# Tool name -> the input field naming the file it changes.
+EDIT_TOOLS = {
+    "Edit": "file_path",
+    "Write": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+}
+
+# Text the harness writes into user lines: slash-command echoes, local command output,
+# injected reminders, interruption markers, the post-compaction summary and "!" shell mode.
+ARTIFACT_PREFIXES = (
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<system-reminder>",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "Caveat:",
+    "[Request interrupted",
+    "This session is being continued from a previous conversation",
+)
+
+# Claude Code writes assistant lines with this model for API errors and interruptions; their
+# usage is all zeros and their text ("No response requested.") is not the agent's answer.
+SYNTHETIC_MODEL = "<synthetic>"
+
+_Json = dict[str, Any]
+
+_TOOL_RESULT_MARK = b'"toolUseResult":'
+_ASSISTANT_MARK = b'"type":"assistant"'
+# A branch with a quote or backslash in its name (escaped in JSON) just does not match here.
+_BRANCH_FIELD = re.compile(rb'"gitBranch":"([^"\\]+)"')
+
+
+@dataclass(frozen=True)
+class TodoItem:
+    """One entry of a ``TodoWrite`` list (content and active form clipped to 500 chars)."""
+
+    content: str
+    status: str  # pending | in_progress | completed
+    active_form: str = ""
+
+
+@dataclass(frozen=True)
+class TranscriptFacts:
+    """What a transcript's tail says about where the session stands.
+
+    ``current_task`` is the in_progress item(s) of the latest ``TodoWrite`` list, joined by
+    "; ", else ``last_user_request``. Prompts come only from what a person typed in the main
+    chain; ``recent_prompts`` holds the last 10, oldest first, each clipped to 500 chars, and
+    ``last_user_request`` and ``last_assistant_message`` are clipped to 2000. Files are the
+    last 50 touched by the main agent's edit tools, most recent last. ``context_tokens`` is
+    the last main-chain response's input + cache read + cache creation tokens after the last
+    compaction, None when no response followed it. ``truncated`` means only the tail was read.
+    """
+
+    current_task: str
+    todos: tuple[TodoItem, ...]
+    last_user_request: str
+    recent_prompts: tuple[str, ...]
+    modified_files: tuple[str, ...]
+    last_assistant_message: str
+    git_branch: str
+    model: str
+    context_tokens: int | None
+    compactions: int
+    truncated: bool
+
+
+def read_transcript(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> TranscriptFacts | None:
+    """Facts from the last ``max_bytes`` of the transcript at ``path``.
+
+    Returns None when the path is missing, is not a regular file or cannot be read. When the
+    file is longer than ``max_bytes`` only its tail is read (``truncated`` is then True) and
+    the partial line the cut lands in is dropped.
+    """
+    if max_bytes < 1:
+        raise ValueError("max_bytes must be positive")
+    try:
+        tail = _read_tail(path, max_bytes)
+    except (OSError, ValueError):  # ValueError: a path with a NUL byte
+        return None
+    if tail is None:
+        return None
+    data, truncated = tail
+    return parse_lines(_iter_lines(data), truncated=truncated)
+
+
+def parse_lines(lines: Iterable[str | bytes], *, truncated: bool = False) -> TranscriptFacts:
+    """Facts from transcript lines in file order; unreadable lines are skipped."""
+    reader = _Reader()
+    for raw in lines:
+        if isinstance(raw, bytes) and _is_tool_result(raw):
+            reader.branch_hint(raw)
+            continue
+        record = _decode(raw)
+        if record is not None:
+            reader.feed(record)
+    return reader.facts(truncated=truncated)
+
+
+def _read_tail(path: str | os.PathLike[str], max_bytes: int) -> tuple[bytes, bool] | None:
+    # O_NONBLOCK keeps open() from hanging on a FIFO; it changes nothing for regular files.
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | nonblock)) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        offset = max(0, info.st_size - max_bytes)
+        if offset == 0:
+            # Bounded even if the agent appends while we read.
+            return handle.read(max_bytes), False
+        # One byte early: if it is a newline the cut fell on a line start and no line is lost.
+        handle.seek(offset - 1)
+        chunk = handle.read(max_bytes + 1)
+    start = chunk.find(b"\n")
+    return (chunk[start + 1 :] if start >= 0 else b""), True
+
+
+def _iter_lines(data: bytes) -> Iterator[bytes]:
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = len(data)
+        yield data[start:end]
+        start = end + 1
+
+
+def _is_tool_result(line: bytes) -> bool:
+    # Tool results (file contents, command output) are most of a transcript's bytes and none
+    # of its facts, so they are spotted without a JSON parse. A quote inside a JSON string is
+    # escaped, so these bare-quoted markers can only be the line's own keys and values; a
+    # line that might be an assistant turn is always parsed.
+    return _TOOL_RESULT_MARK in line and _ASSISTANT_MARK not in line
+
+
+def _decode(raw: str | bytes) -> _Json | None:
+    if not isinstance(raw, str | bytes):
+        return None
+    line = raw.strip()
+    # Cheap rejection of anything that cannot be a JSON object before paying for a parse.
+    is_object = line.startswith(b"{") if isinstance(line, bytes) else line.startswith("{")
+    if not is_object:
+        return None
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # bad JSON, bad UTF-8, absurd nesting
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rstrip() + "…"
+
+
+def _text_of(content: object) -> str:
+    """A string content, or its ``text`` blocks joined; tool results and images are ignored."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = [
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    ]
+    return "\n".join(parts)
+
+
+def _tokens(value: object) -> int | None:
+    # bool is an int subclass; a JSON true is not a token count.
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _context_size(usage: object) -> int | None:
+    if not isinstance(usage, dict):
+        return None
+    total = _tokens(usage.get("input_tokens"))
+    if total is None:
+        return None
+    for field in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+        # Older versions omit the cache fields; a present field of the wrong type is corrupt.
+        value = usage.get(field, 0)
+        count = _tokens(value)
+        if count is None:
+            return None
+        total += count
+    return total
+
+
+def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
+    if not isinstance(todos, list):
+        return None
+    items = []
+    for todo in todos[:MAX_TODOS]:
+        if not isinstance(todo, dict):
+            continue
+        content, status = todo.get("content"), todo.get("status")
+        if not isinstance(content, str) or not isinstance(status, str):
+            continue
+        active_form = todo.get("activeForm")
+        items.append(
+            TodoItem(
+                content=_clip(content, PROMPT_CHARS),
+                status=status,
+                active_form=_clip(active_form, PROMPT_CHARS)
+                if isinstance(active_form, str)
+                else "",
+            )
+        )
+    return tuple(items)
+
+
+class _Reader:
+    """Running state over the lines; holds only the facts, never the lines."""
+
+    def __init__(self) -> None:
+        self.todos: tuple[TodoItem, ...] = ()
+        self.prompts: deque[str] = deque(maxlen=MAX_PROMPTS)
+        self.last_user_request = ""
+        # A dict is an insertion-ordered set: re-touching a file moves it to the end.
+        self.modified: dict[str, None] = {}
+        self.last_assistant_message = ""
+        self.git_branch = ""
+        self.model = ""
+        self.context_tokens: int | None = None
+        self.usage_key: tuple[str, str] | None = None
+        self.seen_usage_keys: dict[tuple[str, str], None] = {}
+        self.compactions = 0
+
+    def feed(self, record: _Json) -> None:
+        sidechain = record.get("isSidechain", False)
+        if not isinstance(sidechain, bool):
+            return
+        branch = record.get("gitBranch")
+        # The branch belongs to the working tree, not the agent, so subagent lines count too.
+        if isinstance(branch, str) and branch:
+            self.git_branch = branch
+        # Subagents (sidechains) have their own context, model and prompts, and their edits
+        # are the delegated task's business: the main agent's working set is what we recover.
+        if sidechain:
+            return
+        kind = record.get("type")
+        if kind == "assistant":
+            self._assistant(record)
+        elif kind == "user":
+            self._user(record)
+        elif kind == "system" and record.get("subtype") == "compact_boundary":
+            self.compactions += 1
+            # The context was just rebuilt from a summary; earlier usage no longer applies.
+            self.context_tokens = None
+            self.usage_key = None
+        # "summary" (legacy), "file-history-snapshot" and bookkeeping lines carry nothing here.
+
+    def branch_hint(self, line: bytes) -> None:
+        """Take the branch from a line that is skipped without parsing."""
+        match = _BRANCH_FIELD.search(line)
+        if match:
+            self.git_branch = match.group(1).decode("utf-8", "replace")
+
+    def _user(self, record: _Json) -> None:
+        if (
+            record.get("isMeta") is True
+            or record.get("isCompactSummary") is True
+            or record.get("isVisibleInTranscriptOnly") is True
+        ):
+            return
+        message = record.get("message")
+        if not isinstance(message, dict):
+            return
+        text = _text_of(message.get("content")).strip()
+        if not text or text.startswith(ARTIFACT_PREFIXES):
+            return
+        self.last_user_request = _clip(text, MESSAGE_CHARS)
+        self.prompts.append(_clip(text, PROMPT_CHARS))
+
+    def _assistant(self, record: _Json) -> None:
+        message = record.get("message")
+        if not isinstance(message, dict):
+            return
+        model = message.get("model")
+        if model == SYNTHETIC_MODEL:
+            return
+        if isinstance(model, str) and model:
+            self.model = model
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict):
+                    self._block(block)
+        self._usage(record, message)
+
+    def _block(self, block: _Json) -> None:
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            if isinstance(text, str) and text.strip():
+                self.last_assistant_message = _clip(text, MESSAGE_CHARS)
+            return
+        if kind != "tool_use":
+            return
+        name, tool_input = block.get("name"), block.get("input")
+        if not isinstance(name, str) or not isinstance(tool_input, dict):
+            return
+        if name == "TodoWrite":
+            todos = _todo_items(tool_input.get("todos"))
+            if todos is not None:
+                self.todos = todos
+        elif name in EDIT_TOOLS:
+            # A call the user rejected still counts: the file was in the agent's working set.
+            path = tool_input.get(EDIT_TOOLS[name])
+            if isinstance(path, str) and path and len(path) <= MAX_PATH_CHARS:
+                self.modified.pop(path, None)
+                self.modified[path] = None
+                if len(self.modified) > MAX_MODIFIED_FILES:
+                    del self.modified[next(iter(self.modified))]
+
+    def _usage(self, record: _Json, message: _Json) -> None:
+        size = _context_size(message.get("usage"))
+        if size is None:
+            return
+        message_id, request_id = message.get("id"), record.get("requestId")
+        if isinstance(message_id, str) and isinstance(request_id, str):
+            key = (message_id, request_id)
+            # Every content block of one response repeats its usage; a key seen before that
+            # is not the current response is a replayed older one and must not win.
+            if key in self.seen_usage_keys and key != self.usage_key:
+                return
+            self.usage_key = key
+            self.seen_usage_keys[key] = None
+            if len(self.seen_usage_keys) > MAX_USAGE_KEYS:
+                del self.seen_usage_keys[next(iter(self.seen_usage_keys))]
+        else:
+            self.usage_key = None
+        self.context_tokens = size
+
+    def facts(self, *, truncated: bool) -> TranscriptFacts:
+        in_progress = [todo.content for todo in self.todos if todo.status == "in_progress"]
+        current_task = (
+            _clip("; ".join(in_progress), MESSAGE_CHARS) if in_progress else self.last_user_request
+        )
+        return TranscriptFacts(
+            current_task=current_task,
+            todos=self.todos,
+            last_user_request=self.last_user_request,
+            recent_prompts=tuple(self.prompts),
+            modified_files=tuple(self.modified),
+            last_assistant_message=self.last_assistant_message,
+            git_branch=self.git_branch,
+            model=self.model,
+            context_tokens=self.context_tokens,
+            compactions=self.compactions,
+            truncated=truncated,
+        )

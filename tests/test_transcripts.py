@@ -1,0 +1,601 @@
+"""The Claude Code transcript reader: facts from the fixtures, bounds, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.transcripts.claude_code import (
+    DEFAULT_MAX_BYTES,
+    TodoItem,
+    TranscriptFacts,
+    parse_lines,
+    read_transcript,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
+TRANSCRIPT = FIXTURES / "transcript.jsonl"
+LEGACY = FIXTURES / "transcript_legacy_summary.jsonl"
+SUBAGENT = FIXTURES / "subagents" / "agent-a4f19c2.jsonl"
+
+WEBAPP = "/home/alice/projects/webapp"
+BRANCH = "feat/login-rate-limit"
+MODEL = "claude-sonnet-4-6"
+
+
+# Line builders in the real on-disk shape (protocols.md §2), written compact like Claude Code.
+
+
+def dump(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+def user(content: str | list[dict[str, Any]], **extra: Any) -> str:
+    return dump(
+        {
+            "parentUuid": None,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": WEBAPP,
+            "sessionId": "s-1",
+            "version": "2.1.230",
+            "gitBranch": BRANCH,
+            "type": "user",
+            "message": {"role": "user", "content": content},
+            "uuid": "u-1",
+            "timestamp": "2026-08-18T09:12:03.562Z",
+            **extra,
+        }
+    )
+
+
+def usage(input_tokens: int, cache_read: int, cache_creation: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": cache_creation,
+        "cache_read_input_tokens": cache_read,
+        "cache_creation": {"ephemeral_5m_input_tokens": cache_creation},
+        "output_tokens": 50,
+        "service_tier": "standard",
+    }
+
+
+def assistant(
+    blocks: list[dict[str, Any]],
+    *,
+    msg_id: str = "msg_1",
+    request_id: str = "req_1",
+    tokens: tuple[int, int, int] = (1, 1000, 10),
+    model: str = MODEL,
+    **extra: Any,
+) -> str:
+    return dump(
+        {
+            "parentUuid": "u-1",
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": WEBAPP,
+            "sessionId": "s-1",
+            "version": "2.1.230",
+            "gitBranch": BRANCH,
+            "type": "assistant",
+            "message": {
+                "model": model,
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "content": blocks,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage(*tokens),
+            },
+            "requestId": request_id,
+            "uuid": "a-1",
+            "timestamp": "2026-08-18T09:12:05.562Z",
+            **extra,
+        }
+    )
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def tool_use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": "toolu_1", "name": name, "input": tool_input}
+
+
+def todo_write(*todos: tuple[str, str, str]) -> dict[str, Any]:
+    items = [{"content": c, "status": s, "activeForm": a} for c, s, a in todos]
+    return tool_use("TodoWrite", {"todos": items})
+
+
+def tool_result(content: str) -> list[dict[str, Any]]:
+    return [{"tool_use_id": "toolu_1", "type": "tool_result", "content": content}]
+
+
+def boundary() -> str:
+    return dump(
+        {
+            "parentUuid": None,
+            "logicalParentUuid": "u-1",
+            "isSidechain": False,
+            "gitBranch": BRANCH,
+            "type": "system",
+            "subtype": "compact_boundary",
+            "content": "Conversation compacted",
+            "isMeta": False,
+            "compactMetadata": {"trigger": "auto", "preTokens": 160000},
+        }
+    )
+
+
+def fixture_facts() -> TranscriptFacts:
+    facts = read_transcript(TRANSCRIPT)
+    assert facts is not None
+    return facts
+
+
+# The fixtures.
+
+
+def test_the_fixture_transcript_yields_its_facts():
+    facts = fixture_facts()
+
+    assert facts.current_task == "Continue: finish the Redis conversion and run the tests."
+    assert facts.todos == ()
+    assert facts.last_user_request == "Continue: finish the Redis conversion and run the tests."
+    # The compact summary (isCompactSummary) and tool results are not prompts.
+    assert facts.recent_prompts == (
+        "Add rate limiting to POST /api/login: max 5 attempts per IP per 15 minutes, "
+        "return 429 with Retry-After.",
+        "Move the counter store to Redis using the existing client in src/lib/redis.ts.",
+        "Continue: finish the Redis conversion and run the tests.",
+    )
+    # Write then Edit rateLimit.ts, Edit auth.ts, Edit rateLimit.ts twice more: the last
+    # touch orders them; Read calls do not count.
+    assert facts.modified_files == (
+        f"{WEBAPP}/src/routes/auth.ts",
+        f"{WEBAPP}/src/middleware/rateLimit.ts",
+    )
+    assert facts.last_assistant_message == (
+        "Done. The limiter now uses Redis (`INCR` + `PEXPIRE` on the first hit), so counts "
+        "survive restarts and are shared across instances. All 14 auth tests pass."
+    )
+    assert facts.git_branch == BRANCH
+    assert facts.model == MODEL
+    # Last response after the boundary (msg_01XaFgTisNRi1AFS4FKboCbBVV):
+    # input 1 + cache_read 21313 + cache_creation 311.
+    assert facts.context_tokens == 21625
+    assert facts.compactions == 1
+    assert facts.truncated is False
+
+
+def test_a_subagent_file_is_all_sidechain_and_yields_only_the_branch():
+    facts = read_transcript(SUBAGENT)
+
+    assert facts == TranscriptFacts(
+        current_task="",
+        todos=(),
+        last_user_request="",
+        recent_prompts=(),
+        modified_files=(),
+        last_assistant_message="",
+        git_branch=BRANCH,
+        model="",
+        context_tokens=None,
+        compactions=0,
+        truncated=False,
+    )
+
+
+def test_a_legacy_summary_only_file_yields_empty_facts():
+    facts = read_transcript(LEGACY)
+
+    assert facts is not None
+    assert facts.current_task == ""
+    assert facts.recent_prompts == ()
+    assert facts.context_tokens is None
+    assert facts.compactions == 0
+
+
+def test_legacy_summary_lines_before_a_conversation_are_skipped(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_bytes(LEGACY.read_bytes() + TRANSCRIPT.read_bytes())
+
+    assert read_transcript(path) == fixture_facts()
+
+
+# Tasks and prompts.
+
+
+def test_the_in_progress_todo_of_the_latest_todowrite_is_the_current_task():
+    lines = [
+        user("Add rate limiting to the login endpoint."),
+        assistant(
+            [
+                todo_write(
+                    ("Write the middleware", "in_progress", "Writing the middleware"),
+                    ("Run the tests", "pending", "Running the tests"),
+                )
+            ]
+        ),
+        user(tool_result("Todos have been modified successfully.")),
+        assistant(
+            [
+                todo_write(
+                    ("Write the middleware", "completed", "Writing the middleware"),
+                    ("Mount it on POST /api/login", "in_progress", "Mounting it"),
+                    ("Run the tests", "pending", "Running the tests"),
+                )
+            ],
+            msg_id="msg_2",
+            request_id="req_2",
+        ),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.current_task == "Mount it on POST /api/login"
+    assert facts.todos == (
+        TodoItem("Write the middleware", "completed", "Writing the middleware"),
+        TodoItem("Mount it on POST /api/login", "in_progress", "Mounting it"),
+        TodoItem("Run the tests", "pending", "Running the tests"),
+    )
+    assert facts.last_user_request == "Add rate limiting to the login endpoint."
+
+
+def test_several_in_progress_todos_are_joined():
+    lines = [assistant([todo_write(("Fix A", "in_progress", ""), ("Fix B", "in_progress", ""))])]
+
+    assert parse_lines(lines).current_task == "Fix A; Fix B"
+
+
+def test_without_an_in_progress_todo_the_last_request_is_the_current_task():
+    lines = [
+        user("Tidy the README."),
+        assistant([todo_write(("Tidy the README", "completed", "Tidying"))]),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.current_task == "Tidy the README."
+    assert facts.todos == (TodoItem("Tidy the README", "completed", "Tidying"),)
+
+
+def test_harness_artifacts_are_not_user_requests():
+    lines = [
+        user("Make the login form accessible."),
+        user("<command-name>/remember</command-name>\n<command-args>x</command-args>"),
+        user("<local-command-stdout>Saved.</local-command-stdout>"),
+        user("<command-message>remember is running…</command-message>"),
+        user("<system-reminder>The user opened a file.</system-reminder>"),
+        user("Caveat: The messages below were generated by the user while running local commands."),
+        user([text("[Request interrupted by user for tool use]")]),
+        user("Expanded prompt text", isMeta=True),
+        user(tool_result("ok")),
+        user("   "),
+        user(
+            "This session is being continued from a previous conversation that ran out of context."
+        ),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.recent_prompts == ("Make the login form accessible.",)
+    assert facts.last_user_request == "Make the login form accessible."
+
+
+def test_text_blocks_of_a_user_message_are_a_prompt():
+    image = {"type": "image", "source": {"type": "base64", "data": "AAAA"}}
+    lines = [user([text("What is wrong"), image, text("in this screenshot?")])]
+
+    assert parse_lines(lines).recent_prompts == ("What is wrong\nin this screenshot?",)
+
+
+def test_recent_prompts_keep_the_last_ten_each_trimmed_to_500_chars():
+    lines = [user(f"prompt {n}") for n in range(15)] + [user("x" * 3000)]
+
+    facts = parse_lines(lines)
+
+    assert len(facts.recent_prompts) == 10
+    assert facts.recent_prompts[0] == "prompt 6"
+    assert len(facts.recent_prompts[-1]) == 500
+    assert facts.recent_prompts[-1].endswith("…")
+    assert len(facts.last_user_request) == 2000
+
+
+# Files.
+
+
+def test_modified_files_cover_every_edit_tool_in_order_of_last_touch():
+    lines = [
+        assistant([tool_use("Write", {"file_path": "/p/a.py", "content": ""})]),
+        assistant([tool_use("MultiEdit", {"file_path": "/p/b.py", "edits": []})]),
+        assistant([tool_use("NotebookEdit", {"notebook_path": "/p/c.ipynb", "new_source": ""})]),
+        assistant([tool_use("Read", {"file_path": "/p/d.py"})]),
+        assistant([tool_use("Edit", {"file_path": "/p/a.py", "old_string": "", "new_string": ""})]),
+    ]
+
+    assert parse_lines(lines).modified_files == ("/p/b.py", "/p/c.ipynb", "/p/a.py")
+
+
+def test_modified_files_keep_the_last_fifty():
+    lines = [assistant([tool_use("Write", {"file_path": f"/p/{n}.py"})]) for n in range(60)]
+
+    files = parse_lines(lines).modified_files
+
+    assert len(files) == 50
+    assert files[0] == "/p/10.py"
+    assert files[-1] == "/p/59.py"
+
+
+# Context tokens.
+
+
+def test_one_response_split_over_lines_counts_once():
+    same = {"msg_id": "msg_A", "request_id": "req_A", "tokens": (3, 20000, 500)}
+    lines = [
+        assistant([{"type": "thinking", "thinking": "…", "signature": "s"}], **same),
+        assistant([text("Looking.")], **same),
+        assistant([tool_use("Read", {"file_path": "/p/a.py"})], **same),
+    ]
+
+    assert parse_lines(lines).context_tokens == 20503
+
+
+def test_a_replayed_older_response_does_not_replace_the_latest():
+    lines = [
+        assistant([text("first")], msg_id="msg_A", request_id="req_A", tokens=(1, 1000, 0)),
+        assistant([text("second")], msg_id="msg_B", request_id="req_B", tokens=(1, 5000, 0)),
+        assistant([text("first")], msg_id="msg_A", request_id="req_A", tokens=(1, 1000, 0)),
+    ]
+
+    assert parse_lines(lines).context_tokens == 5001
+
+
+def test_a_compact_boundary_resets_context_tokens():
+    before = assistant([text("Working.")], tokens=(1, 150000, 9000))
+    after = assistant([text("Resumed.")], msg_id="msg_2", request_id="req_2", tokens=(3, 0, 6000))
+
+    only_boundary = parse_lines([before, boundary()])
+    with_usage_after = parse_lines([before, boundary(), user("Go on."), after])
+
+    assert only_boundary.context_tokens is None
+    assert only_boundary.compactions == 1
+    assert only_boundary.last_assistant_message == "Working."
+    assert with_usage_after.context_tokens == 6003
+    assert with_usage_after.compactions == 1
+
+
+def test_synthetic_error_lines_do_not_count_as_the_agent():
+    lines = [
+        assistant([text("Real answer.")], tokens=(1, 9000, 0)),
+        assistant(
+            [text("No response requested.")],
+            msg_id="msg_syn",
+            request_id="req_syn",
+            model="<synthetic>",
+            tokens=(0, 0, 0),
+        ),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.model == MODEL
+    assert facts.context_tokens == 9001
+    assert facts.last_assistant_message == "Real answer."
+
+
+def test_sidechain_lines_are_ignored():
+    side = {"isSidechain": True, "agentId": "a4f19c2"}
+    lines = [
+        user("Main request."),
+        assistant([text("Main answer.")], tokens=(1, 4000, 0)),
+        user("Subagent prompt.", **side),
+        assistant(
+            [text("Subagent answer."), tool_use("Edit", {"file_path": "/p/side.py"})],
+            msg_id="msg_side",
+            request_id="req_side",
+            model="claude-haiku-4-5-20251001",
+            tokens=(5, 0, 3120),
+            **side,
+        ),
+        assistant([todo_write(("Subagent step", "in_progress", ""))], **side),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.recent_prompts == ("Main request.",)
+    assert facts.current_task == "Main request."
+    assert facts.last_assistant_message == "Main answer."
+    assert facts.model == MODEL
+    assert facts.context_tokens == 4001
+    assert facts.modified_files == ()
+    assert facts.todos == ()
+
+
+def test_tool_result_lines_skipped_unparsed_still_give_the_branch(tmp_path):
+    path = tmp_path / "branch.jsonl"
+    result = user(
+        tool_result("Switched to a new branch 'fix/retry-after'"),
+        gitBranch="fix/retry-after",
+        toolUseResult={"stdout": "Switched to a new branch", "stderr": ""},
+    )
+    path.write_text(f"{user('Start a branch.')}\n{result}\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.git_branch == "fix/retry-after"
+    assert facts.recent_prompts == ("Start a branch.",)
+
+
+def test_an_assistant_line_that_mentions_tool_results_is_still_read(tmp_path):
+    path = tmp_path / "meta.jsonl"
+    line = assistant(
+        [text('Each result line has a "toolUseResult": field.')],
+        toolUseResult={"odd": True},
+    )
+    path.write_text(line + "\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.last_assistant_message == 'Each result line has a "toolUseResult": field.'
+    assert facts.context_tokens == 1011
+
+
+# I/O and bad content.
+
+
+def test_a_missing_file_gives_none(tmp_path):
+    assert read_transcript(tmp_path / "nope.jsonl") is None
+
+
+def test_a_directory_gives_none(tmp_path):
+    assert read_transcript(tmp_path) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
+def test_a_fifo_gives_none_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+
+    assert read_transcript(fifo) is None
+
+
+def test_an_empty_file_gives_empty_facts(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.current_task == ""
+    assert facts.context_tokens is None
+
+
+def test_max_bytes_must_be_positive():
+    with pytest.raises(ValueError, match="max_bytes"):
+        read_transcript(TRANSCRIPT, max_bytes=0)
+
+
+JUNK = [
+    b"not json at all",
+    b"{broken",
+    b"[1, 2, 3]",
+    b'"a string"',
+    b"42",
+    b"null",
+    b"\x00\xff\xfe\x80garbage\x9c",
+    b'{"type": "user", "message": "not an object"}',
+    b'{"type": "user", "message": {"content": 5}}',
+    b'{"type": "user", "isSidechain": "yes", "message": {"content": "wrong type flag"}}',
+    b'{"type": "assistant", "message": {"model": 7, "content": {"x": 1}, "usage": []}}',
+    b'{"type": "assistant", "message": {"content": [1, null, {"type": "tool_use"}]}}',
+    b'{"type": "assistant", "message": {"usage": {"input_tokens": "12"}}}',
+    b'{"type": "assistant", "message": {"usage": {"input_tokens": true}}}',
+    b'{"type": "assistant", "message": {"content": [{"type": "tool_use", "name": "Edit", '
+    b'"input": {"file_path": ["x"]}}]}}',
+    b'{"type": "assistant", "message": {"content": [{"type": "tool_use", '
+    b'"name": "TodoWrite", "input": {"todos": "nope"}}]}}',
+    b'{"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",  # deeper than the recursion limit
+    b"{}",
+    b"",
+    b"   ",
+]
+
+
+def test_garbage_between_lines_changes_nothing(tmp_path):
+    path = tmp_path / "junk.jsonl"
+    lines = TRANSCRIPT.read_bytes().splitlines()
+    mixed = [piece for line in lines for piece in (line, *JUNK)]
+    path.write_bytes(b"\n".join(JUNK + mixed))
+
+    assert read_transcript(path) == fixture_facts()
+
+
+def test_a_half_written_last_line_is_skipped(tmp_path):
+    path = tmp_path / "partial.jsonl"
+    data = TRANSCRIPT.read_bytes().rstrip(b"\n")
+    last_start = data.rfind(b"\n", 0, data.rfind(b"\n")) + 1
+    # Cut inside the final assistant answer (the line before the turn_duration line).
+    path.write_bytes(data[: last_start + 200])
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.last_assistant_message == "Making the middleware async now."
+    assert facts.context_tokens == 21087 + 226 + 1  # msg_01BximNigReGt4sdthk58biVvP
+    assert facts.last_user_request == "Continue: finish the Redis conversion and run the tests."
+
+
+def test_parse_lines_takes_str_and_bytes():
+    lines = [user("From a str."), user("From bytes.").encode(), "\n"]
+
+    assert parse_lines(lines).recent_prompts == ("From a str.", "From bytes.")
+
+
+# The tail read.
+
+
+def test_a_big_file_is_read_only_at_its_tail(tmp_path):
+    path = tmp_path / "big.jsonl"
+    filler = assistant([text("x" * 4000)], msg_id="msg_fill", request_id="req_fill")
+    with path.open("w") as handle:
+        handle.write(user("Early request.") + "\n")
+        handle.write(assistant([tool_use("Edit", {"file_path": "/p/early.py"})]) + "\n")
+        handle.write(boundary() + "\n")
+        for _ in range(5 * 1024 * 1024 // len(filler)):
+            handle.write(filler + "\n")
+        handle.write(user("Late request.") + "\n")
+        handle.write(
+            assistant(
+                [text("Late answer."), tool_use("Write", {"file_path": "/p/late.py"})],
+                msg_id="msg_late",
+                request_id="req_late",
+                tokens=(2, 30000, 100),
+            )
+            + "\n"
+        )
+    assert path.stat().st_size > 5 * 1024 * 1024
+
+    facts = read_transcript(path, max_bytes=64 * 1024)
+
+    assert facts is not None
+    assert facts.truncated is True
+    assert facts.recent_prompts == ("Late request.",)
+    assert facts.modified_files == ("/p/late.py",)
+    assert facts.last_assistant_message == "Late answer."
+    assert facts.context_tokens == 30102
+    assert facts.compactions == 0  # the boundary is outside the tail
+    assert read_transcript(path, max_bytes=DEFAULT_MAX_BYTES).truncated is True
+
+
+def test_a_cut_on_a_line_start_keeps_that_line(tmp_path):
+    path = tmp_path / "two.jsonl"
+    first, second = user("First."), user("Second.")
+    path.write_text(f"{first}\n{second}\n")
+
+    exact = read_transcript(path, max_bytes=len(second) + 1)
+    one_short = read_transcript(path, max_bytes=len(second))
+
+    assert exact is not None
+    assert exact.truncated is True
+    assert exact.recent_prompts == ("Second.",)
+    assert one_short is not None
+    assert one_short.recent_prompts == ()
+
+
+def test_a_file_that_fits_is_not_truncated(tmp_path):
+    path = tmp_path / "small.jsonl"
+    path.write_bytes(TRANSCRIPT.read_bytes())
+
+    facts = read_transcript(path, max_bytes=path.stat().st_size)
+
+    assert facts == fixture_facts()
