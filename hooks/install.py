@@ -1,0 +1,279 @@
+"""Write (or remove) Signet's hooks in a harness's settings file.
+
+Claude Code: ``http`` hooks for every event that supports them, and a ``command`` hook running
+``signet_hook.py`` for SessionStart (which cannot be an http hook). The merge keeps every
+foreign hook and setting in place, is idempotent (a second run changes no byte and writes no
+second backup) and replaces Signet's own entries, found by their URL path or script name.
+Only the ``$NAME`` of the token's environment variable is written, never its value.
+
+Standard library only, so it can also run outside the Django project.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TOKEN_ENV = "SIGNET_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+DEFAULT_CLAUDE_SETTINGS = "~/.claude/settings.json"
+HOOK_SCRIPT = Path(__file__).resolve().with_name("signet_hook.py")
+
+CLAUDE_CODE_PATH = "/api/hooks/claude-code/"
+SCRIPT_NAME = "signet_hook.py"
+
+# (event, matcher or None for "every", timeout in seconds). Prompt and tool hooks sit on the
+# agent's hot path and SessionEnd shares a small budget: short. PreCompact writes the
+# emergency checkpoint, the one the next session depends on: long enough for that.
+CLAUDE_CODE_HTTP_EVENTS: tuple[tuple[str, str | None, int], ...] = (
+    ("UserPromptSubmit", None, 5),
+    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5),
+    ("PreCompact", None, 30),
+    ("PostCompact", None, 10),
+    ("Stop", None, 10),
+    ("SessionEnd", None, 5),
+)
+CLAUDE_CODE_COMMAND_EVENT = ("SessionStart", "startup|resume|clear|compact", 10)
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class InstallError(Exception):
+    """The settings file cannot be changed safely; nothing was written."""
+
+
+@dataclass
+class InstallResult:
+    """What an install or uninstall did to one settings file."""
+
+    settings_path: Path
+    changed: bool
+    created: bool = False
+    backup_path: Path | None = None
+    installed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def validate_url(url: str) -> str:
+    """The base URL without its trailing slash; InstallError unless it is http(s)://host."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InstallError(f"the URL must look like http://host:port, not {url!r}")
+    return url.rstrip("/")
+
+
+def validate_token_env(name: str) -> str:
+    """An environment variable name usable as ``$NAME`` in a header."""
+    if not ENV_NAME_RE.match(name):
+        raise InstallError(f"{name!r} is not an environment variable name")
+    return name
+
+
+def _double_quoted(text: str) -> str:
+    # Inside "..." the shell still expands these four; escaped, the path is taken verbatim.
+    return '"' + re.sub(r'(["\\$`])', r"\\\1", text) + '"'
+
+
+def claude_code_entries(
+    *, url: str, token_env: str, hook_script: Path
+) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """Signet's hooks for Claude Code as ``(event, matcher, handler)``, in settings order."""
+    start_event, start_matcher, start_timeout = CLAUDE_CODE_COMMAND_EVENT
+    command = (
+        f"python3 {_double_quoted(str(hook_script))} --url {shlex.quote(url)} "
+        f"--token-env {token_env} claude-code"
+    )
+    entries: list[tuple[str, str | None, dict[str, Any]]] = [
+        (
+            start_event,
+            start_matcher,
+            {"type": "command", "command": command, "timeout": start_timeout},
+        )
+    ]
+    for event, matcher, timeout in CLAUDE_CODE_HTTP_EVENTS:
+        handler = {
+            "type": "http",
+            "url": f"{url}{CLAUDE_CODE_PATH}",
+            "timeout": timeout,
+            "headers": {"Authorization": f"Bearer ${token_env}"},
+            "allowedEnvVars": [token_env],
+        }
+        entries.append((event, matcher, handler))
+    return entries
+
+
+def is_signet_handler(handler: Any) -> bool:
+    """Whether a hook handler is one of Signet's (from any URL or install location)."""
+    if not isinstance(handler, dict):
+        return False
+    url = handler.get("url")
+    if handler.get("type") == "http" and isinstance(url, str):
+        return urlsplit(url).path.endswith(CLAUDE_CODE_PATH)
+    command = handler.get("command")
+    args = handler.get("args")
+    words = [command] + (args if isinstance(args, list) else [])
+    return handler.get("type") == "command" and any(
+        isinstance(word, str) and SCRIPT_NAME in word for word in words
+    )
+
+
+def _remove_signet(hooks: dict[str, Any]) -> dict[str, int]:
+    """Take Signet's handlers out of ``hooks`` in place, dropping the groups this empties.
+
+    Returns, per event touched, the index of the first group Signet's handlers were in, so
+    that a reinstall puts them back at the same place (and the file does not change).
+    """
+    positions: dict[str, int] = {}
+    for event, groups in hooks.items():
+        kept_groups: list[Any] = []
+        for group in groups:
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(handlers, list) or not any(map(is_signet_handler, handlers)):
+                kept_groups.append(group)
+                continue
+            positions.setdefault(event, len(kept_groups))
+            foreign = [handler for handler in handlers if not is_signet_handler(handler)]
+            if foreign:
+                kept_groups.append({**group, "hooks": foreign})
+        groups[:] = kept_groups
+    return positions
+
+
+def _load(settings_path: Path) -> tuple[dict[str, Any], bytes | None]:
+    try:
+        raw = settings_path.read_bytes()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        raise InstallError(f"cannot read {settings_path}: {exc.strerror}") from exc
+    if not raw.strip():
+        return {}, raw
+    try:
+        settings = json.loads(raw)
+    except ValueError as exc:
+        raise InstallError(
+            f"{settings_path} is not valid JSON ({exc}); fix it first, nothing was changed"
+        ) from exc
+    if not isinstance(settings, dict):
+        raise InstallError(f"{settings_path} does not hold a JSON object; nothing was changed")
+    hooks = settings.get("hooks", {})
+    # Claude Code would reject these too; rewriting them could lose what the user meant.
+    if not isinstance(hooks, dict) or not all(isinstance(g, list) for g in hooks.values()):
+        raise InstallError(
+            f'"hooks" in {settings_path} is not an object of lists; nothing was changed'
+        )
+    return settings, raw
+
+
+def _backup(settings_path: Path, raw: bytes) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        suffix = f".signet-backup-{stamp}" + (f"-{attempt}" if attempt else "")
+        backup = settings_path.with_name(settings_path.name + suffix)
+        try:
+            # "x": two runs in the same second must not overwrite the first backup.
+            with backup.open("xb") as handle:
+                handle.write(raw)
+        except FileExistsError:
+            continue
+        return backup
+    raise InstallError(f"too many backups of {settings_path} this second")
+
+
+def _write_atomically(settings_path: Path, data: bytes) -> None:
+    settings_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = settings_path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o600
+    # Temp file in the same directory + os.replace: Claude Code reads either the old or the
+    # new file, never half of one, even if this process dies midway.
+    fd, temp = tempfile.mkstemp(dir=settings_path.parent, prefix=f".{settings_path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, settings_path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _dump(settings: dict[str, Any]) -> bytes:
+    return (json.dumps(settings, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _save(settings_path: Path, settings: dict[str, Any], raw: bytes | None) -> InstallResult:
+    data = _dump(settings)
+    result = InstallResult(settings_path=settings_path, changed=data != raw, created=raw is None)
+    if result.changed:
+        if raw is not None:
+            result.backup_path = _backup(settings_path, raw)
+        _write_atomically(settings_path, data)
+    return result
+
+
+def _target(settings_path: Path) -> Path:
+    # Settings files are often symlinks into a dotfiles repository: write through the link
+    # rather than replacing it with a plain file.
+    return settings_path.expanduser().resolve()
+
+
+def install_claude_code(
+    settings_path: Path,
+    *,
+    url: str = DEFAULT_URL,
+    token_env: str = DEFAULT_TOKEN_ENV,
+    hook_script: Path = HOOK_SCRIPT,
+) -> InstallResult:
+    """Merge Signet's Claude Code hooks into ``settings_path`` (created if missing)."""
+    url = validate_url(url)
+    token_env = validate_token_env(token_env)
+    path = _target(settings_path)
+    settings, raw = _load(path)
+    hooks: dict[str, Any] = settings.setdefault("hooks", {})
+    positions = _remove_signet(hooks)
+    wanted = claude_code_entries(url=url, token_env=token_env, hook_script=hook_script)
+    for event, matcher, handler in wanted:
+        group: dict[str, Any] = {"matcher": matcher} if matcher is not None else {}
+        group["hooks"] = [handler]
+        groups = hooks.setdefault(event, [])
+        groups.insert(positions.get(event, len(groups)), group)
+    wanted_events = {event for event, _, _ in wanted}
+    # Events a former version installed that this one no longer uses.
+    stale = [event for event in positions if event not in wanted_events and not hooks[event]]
+    for event in stale:
+        del hooks[event]
+    result = _save(path, settings, raw)
+    result.installed = [event for event, _, _ in wanted]
+    result.removed = sorted(positions)
+    return result
+
+
+def uninstall_claude_code(settings_path: Path) -> InstallResult:
+    """Remove only Signet's hooks from ``settings_path``, dropping what that leaves empty."""
+    path = _target(settings_path)
+    settings, raw = _load(path)
+    if raw is None:
+        return InstallResult(settings_path=path, changed=False)
+    hooks = settings.get("hooks")
+    positions = _remove_signet(hooks) if isinstance(hooks, dict) else {}
+    if isinstance(hooks, dict):
+        for event in positions:
+            if not hooks[event]:
+                del hooks[event]
+        if positions and not hooks:
+            del settings["hooks"]
+    result = _save(path, settings, raw) if positions else InstallResult(path, changed=False)
+    result.removed = sorted(positions)
+    return result
