@@ -90,6 +90,10 @@ class Session(models.Model):
 
     compaction_count = models.PositiveIntegerField(default=0)
     compact_summary = models.TextField(blank=True)
+    last_assistant_message = models.TextField(blank=True)
+    # Set when the agent lost its context (compaction) or was first seen without a
+    # SessionStart; the next event that can inject hands it the recovery context.
+    recovery_due = models.BooleanField(default=False)
     context_tokens = models.PositiveIntegerField(null=True, blank=True)
     context_percent = models.FloatField(null=True, blank=True)
     ignored_event_count = models.PositiveIntegerField(default=0)
@@ -318,6 +322,25 @@ class ContinuityConfig(models.Model):
     @property
     def recovery_window(self) -> timedelta:
         return timedelta(minutes=self.recovery_window_minutes)
+
+
+class HookDelivery(models.Model):
+    """An idempotency key a client has delivered: a replayed event is recognised, not recounted."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="hook_deliveries"
+    )
+    key = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="hook_delivery_unique_key")
+        ]
+        indexes = [models.Index(fields=["created_at"], name="hook_delivery_created")]
+
+    def __str__(self) -> str:
+        return self.key
 
 
 def hash_token(raw: str) -> str:

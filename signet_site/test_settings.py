@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 # A fixed key keeps the suite from writing into the developer's data folder.
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-" + "x7Yq3Lm9Pz2Rt8Vw" * 4)
@@ -15,3 +17,15 @@ Q_CLUSTER["sync"] = True
 STORAGES["staticfiles"] = {  # noqa: F405
     "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
 }
+
+# Concurrency tests need a database file: SQLite's shared in-memory database answers
+# "table is locked" to concurrent writers instead of waiting for the lock.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": str(Path(tempfile.gettempdir()) / f"signet-test-{os.getpid()}.sqlite3")
+    }
+
+# Pending checkpoints are written as soon as they are marked, unless a test sets a debounce.
+SIGNET_CONFIG_DEFAULTS = {**SIGNET_CONFIG_DEFAULTS, "debounce_seconds": 0.0}  # noqa: F405
+
+LOGGING["loggers"]["django-q"] = {"level": "WARNING"}  # noqa: F405

@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from checkpoints.models import ApiToken, ContinuityConfig
+from signet_site import settings as production_settings
 from checkpoints.services.config import config_get
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
 
@@ -46,7 +47,8 @@ def test_defaults_come_from_the_environment_settings(settings):
     assert config.recovery_budget_chars == 2000
     assert config.inject_budget_chars < 10_000
     assert config.recovery_window_minutes == 240
-    assert config.debounce_seconds == 2.5
+    assert config.debounce_seconds == settings.SIGNET_CONFIG_DEFAULTS["debounce_seconds"]
+    assert production_settings.SIGNET_CONFIG_DEFAULTS["debounce_seconds"] == 2.5
     assert (
         config.pressure_notice_percent,
         config.pressure_warning_percent,

@@ -24,6 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints.management.commands.ensure_admin import admin_login_from_env, describe_login
+from checkpoints.services.schedules import schedules_ensure
 
 STOP_GRACE_SECONDS = 15
 READY_TIMEOUT_SECONDS = 60
@@ -52,6 +53,7 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("createcachetable", verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        schedules_ensure()
         login = admin_login_from_env()
 
         project_dir = Path(settings.BASE_DIR)

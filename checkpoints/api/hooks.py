@@ -1,0 +1,85 @@
+"""``POST /api/hooks/<harness>/``: a harness's raw hook payload in, its native reply out."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from django.conf import settings
+from django.http.request import RawPostDataException
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.harnesses import adapter_for
+from checkpoints.harnesses.base import PayloadError
+from checkpoints.services.engine import event_handle
+
+logger = logging.getLogger(__name__)
+
+_IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+def _error(code: str, detail: str, status_code: int) -> Response:
+    return Response({"error": code, "detail": detail}, status=status_code)
+
+
+class HookIngestApi(APIView):
+    """Hook events from a harness (``ingest`` scope). Always fast, never a blocking reply."""
+
+    required_scope = "ingest"
+    parser_classes: list[Any] = []  # the raw body is read and bounded here
+
+    def post(self, request: Request, harness: str) -> Response:
+        adapter = adapter_for(harness)
+        if adapter is None:
+            return _error("unknown_harness", f"No adapter for harness '{harness}'.", 404)
+        payload_or_error = self._payload(request)
+        if isinstance(payload_or_error, Response):
+            return payload_or_error
+        try:
+            event = adapter.parse(payload_or_error)
+        except PayloadError as exc:
+            return _error("invalid_payload", str(exc), status.HTTP_400_BAD_REQUEST)
+        key = request.headers.get("Idempotency-Key", "")
+        if key and not _IDEMPOTENCY_KEY.match(key):
+            return _error(
+                "invalid_idempotency_key",
+                "Idempotency-Key must be 1-100 characters of letters, digits and _.:-",
+                status.HTTP_400_BAD_REQUEST,
+            )
+        outcome = event_handle(owner=request.user, event=event, idempotency_key=key)
+        return Response(adapter.render(event, outcome))
+
+    def _payload(self, request: Request) -> dict[str, Any] | Response:
+        limit = settings.SIGNET_MAX_BODY_BYTES
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            return _error("too_large", f"The body is over {limit} bytes.", 413)
+        try:
+            body = request.body
+        except RawPostDataException:
+            return _error("invalid_body", "The body was already read.", 400)
+        except Exception:  # RequestDataTooBig for chunked bodies without a length
+            return _error("too_large", f"The body is over {limit} bytes.", 413)
+        if len(body) > limit:
+            return _error("too_large", f"The body is over {limit} bytes.", 413)
+        if not body.strip():
+            return _error("invalid_json", "The body is empty; send the hook's JSON.", 400)
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            return _error("invalid_json", f"The body is not valid JSON: {exc}", 400)
+        if not isinstance(payload, dict):
+            return _error(
+                "invalid_payload",
+                f"The body must be a JSON object, not {type(payload).__name__}.",
+                400,
+            )
+        return payload

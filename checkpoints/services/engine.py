@@ -1,0 +1,417 @@
+"""The continuity engine: one normalised ``Event`` in, session state and checkpoints updated,
+and an ``Outcome`` (the context to inject, if any) out. It knows no harness.
+
+All state is in the database. Each event runs in one transaction holding the session row
+(``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers),
+so counts and checkpoint decisions are exact with any number of workers and hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from checkpoints.harnesses.base import Event, EventKind, Outcome
+from checkpoints.models import ContinuityConfig, HookDelivery, Session, Trigger
+from checkpoints.services.config import config_get
+from checkpoints.services.projects import project_identify
+from checkpoints.services.recovery import injection_record, recovery_find, recovery_render
+from checkpoints.services.redaction import redact
+from checkpoints.services.store import CheckpointContent, checkpoint_write
+from checkpoints.transcripts.claude_code import TranscriptFacts, read_transcript
+
+logger = logging.getLogger(__name__)
+
+MAX_QUERIES = 20
+MAX_PROMPTS = 10
+MAX_REMEMBERS = 10
+MAX_FILES = 50
+PROMPT_KEEP_CHARS = 500
+REMEMBER_KEEP_CHARS = 1000
+SUMMARY_KEEP_CHARS = 20_000
+QUERY_TERMS = 8
+REMEMBER_PREFIXES = ("/remember", "#")
+_WORD = re.compile(r"[\w./:-]{3,64}")
+_STOPWORDS = frozenset(
+    "the and for with that this from into have has was were are you your can could would "
+    "should please make sure also then than them they there here what when where which while "
+    "will just like some more most other only over such very about after before again all "
+    "any but each how its not now our out own same too use using want need let lets".split()
+)
+
+
+@dataclass
+class _Step:
+    """What a handler decided beyond the row changes."""
+
+    context: str = ""
+    newly_pending: bool = False
+
+
+def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Outcome:
+    """Apply ``event`` for ``owner``; return what to inject (already budgeted and redacted).
+
+    A repeated ``idempotency_key`` (a client's replay) changes nothing and injects nothing.
+    """
+    config = config_get()
+    if not config.enabled:
+        return Outcome()
+    facts = _transcript_facts(event)  # file I/O stays outside the transaction
+    now = timezone.now()
+    with transaction.atomic():
+        if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
+            return Outcome(duplicate=True)
+        session = _session_lock(owner=owner, event=event, now=now)
+        # Read the clock again once the row is ours: a mark another worker made while we
+        # waited for the lock must not look like it lies in our future.
+        now = max(now, timezone.now())
+        step = HANDLERS[event.kind](session, event, config, now, facts)
+        session.last_activity_at = now
+        session.save()
+        if step.newly_pending:
+            session_id = session.pk
+            transaction.on_commit(lambda: _enqueue_flush(session_id))
+    return Outcome(context=step.context)
+
+
+def _transcript_facts(event: Event) -> TranscriptFacts | None:
+    if event.kind is not EventKind.PRE_COMPACT or not event.transcript_path:
+        return None
+    try:
+        return read_transcript(event.transcript_path)
+    except Exception:  # a reader bug must never cost the harness its checkpoint
+        logger.exception("transcript read failed: %s", event.transcript_path)
+        return None
+
+
+def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:
+    try:
+        with transaction.atomic():
+            HookDelivery.objects.create(owner=owner, key=key[:100], created_at=now)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _session_lock(*, owner: User, event: Event, now: datetime) -> Session:
+    """The event's session row, locked for this transaction; created on first sight."""
+    locked = Session.objects.select_for_update()
+    session = locked.filter(owner=owner, session_key=event.session_key).first()
+    if session is not None:
+        return session
+    identity = project_identify(
+        cwd=event.cwd, client_project=event.client_project, client_git_root=event.client_git_root
+    )
+    previous = None
+    if event.previous_session_key:
+        previous = Session.objects.filter(
+            owner=owner, session_key=event.previous_session_key
+        ).first()
+    try:
+        with transaction.atomic():
+            return Session.objects.create(
+                owner=owner,
+                session_key=event.session_key,
+                harness=event.harness,
+                project=identity.project,
+                project_normalized=identity.project_normalized,
+                git_root=identity.git_root,
+                previous_session=previous,
+                started_at=now,
+                last_activity_at=now,
+                model=event.model[:128],
+                git_branch=event.git_branch[:255],
+                git_head=event.git_head[:64],
+                transcript_path=event.transcript_path[:4096],
+            )
+    except IntegrityError:  # another worker created it first
+        return locked.get(owner=owner, session_key=event.session_key)
+
+
+def _push(items: list[str], item: str, limit: int) -> list[str]:
+    return [*items, item][-limit:]
+
+
+def _flush_if_due(session: Session, config: ContinuityConfig, now: datetime) -> None:
+    """Write the pending periodic checkpoint once its debounce has passed."""
+    pending = session.checkpoint_pending_since
+    if pending is not None and (now - pending).total_seconds() >= config.debounce_seconds:
+        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+
+
+def _flush_now(session: Session, config: ContinuityConfig, now: datetime) -> None:
+    if session.checkpoint_pending_since is not None:
+        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+
+
+def _mark_if_due(session: Session, config: ContinuityConfig, now: datetime) -> bool:
+    """Mark a periodic checkpoint pending when one is due; True when this call marked it.
+
+    Marking claims the slot (prompt count and time), so the next one falls due a full
+    interval later however late the write happens. While one is pending, further due points
+    merge into it: the write takes the session's latest state.
+    """
+    if session.checkpoint_pending_since is not None:
+        return False
+    since_prompts = session.prompt_count - session.last_checkpoint_prompt
+    since_time = now - (session.last_checkpoint_at or session.started_at)
+    if since_prompts < config.prompt_interval and since_time < config.time_interval:
+        return False
+    if since_prompts == 0:  # nothing happened since the last checkpoint but the clock
+        return False
+    session.checkpoint_pending_since = now
+    session.last_checkpoint_prompt = session.prompt_count
+    session.last_checkpoint_at = now
+    return True
+
+
+def query_terms(prompt: str) -> str:
+    """The distinctive words of a prompt, as one would type them into a memory search."""
+    terms: dict[str, None] = {}
+    for word in _WORD.findall(prompt):
+        lowered = word.lower().strip(".:-")
+        if len(lowered) >= 3 and lowered not in _STOPWORDS and not lowered.isdigit():  # noqa: PLR2004
+            terms.setdefault(lowered, None)
+        if len(terms) >= QUERY_TERMS:
+            break
+    return " ".join(terms)
+
+
+def remembered_text(prompt: str) -> str:
+    """The note of a ``/remember …`` or ``# …`` prompt, else ''."""
+    stripped = prompt.lstrip()
+    for prefix in REMEMBER_PREFIXES:
+        if stripped.startswith(prefix):
+            rest = stripped[len(prefix) :]
+            if prefix == "#" and rest.startswith("#"):  # Markdown heading, not a memory
+                return ""
+            return rest.strip()
+    return ""
+
+
+def _recovery_context(
+    session: Session, config: ContinuityConfig, now: datetime, source: str, previous_key: str = ""
+) -> str:
+    match = recovery_find(
+        owner=session.owner,
+        session=session,
+        config=config,
+        now=now,
+        previous_session_key=previous_key,
+    )
+    if match is None:
+        return ""
+    context = recovery_render(
+        checkpoint=match.checkpoint,
+        match=match.match,
+        config=config,
+        now=now,
+        current_branch=session.git_branch,
+    )
+    injection_record(session=session, context=context, match=match, source=source, now=now)
+    return context.text
+
+
+def _on_session_start(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    _flush_now(session, config, now)
+    session.ended_at = None
+    session.end_reason = ""
+    if event.model:
+        session.model = event.model[:128]
+    if event.transcript_path:
+        session.transcript_path = event.transcript_path[:4096]
+    if event.git_branch:
+        session.git_branch = event.git_branch[:255]
+        session.git_head = event.git_head[:64]
+    session.recovery_due = False
+    if event.source == "clear":  # the user asked for a clean slate
+        return _Step()
+    return _Step(
+        context=_recovery_context(
+            session, config, now, event.source or "startup", event.previous_session_key
+        )
+    )
+
+
+def _on_prompt(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    _flush_if_due(session, config, now)
+    # Everything kept is derived from the redacted prompt, so no secret survives in a term.
+    text = redact(event.prompt.strip())
+    session.prompt_count += 1
+    if text:
+        session.recent_prompts = _push(session.recent_prompts, text[:PROMPT_KEEP_CHARS], MAX_PROMPTS)
+        remembered = remembered_text(text)
+        if remembered:
+            session.recent_remembers = _push(
+                session.recent_remembers, remembered[:REMEMBER_KEEP_CHARS], MAX_REMEMBERS
+            )
+        terms = query_terms(text)
+        if terms:
+            session.recent_queries = _push(session.recent_queries, terms, MAX_QUERIES)
+    step = _Step(newly_pending=_mark_if_due(session, config, now))
+    if session.recovery_due:  # the SessionStart after compaction delivered nothing
+        session.recovery_due = False
+        step.context = _recovery_context(session, config, now, "prompt")
+    return step
+
+
+def _on_tool_use(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    _flush_if_due(session, config, now)
+    files = list(session.modified_files)
+    for path in event.files:
+        clean = redact(path[:1024])
+        if clean in files:
+            files.remove(clean)
+        files.append(clean)
+    session.modified_files = files[-MAX_FILES:]
+    return _Step(newly_pending=_mark_if_due(session, config, now))
+
+
+def _on_remember(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    _flush_if_due(session, config, now)
+    note = event.remember.strip()
+    if note:
+        session.recent_remembers = _push(
+            session.recent_remembers, redact(note[:REMEMBER_KEEP_CHARS]), MAX_REMEMBERS
+        )
+    return _Step()
+
+
+def _on_pre_compact(
+    session: Session,
+    event: Event,
+    config: ContinuityConfig,
+    now: datetime,
+    facts: TranscriptFacts | None,
+) -> _Step:
+    content = CheckpointContent()
+    if facts is not None:
+        content = CheckpointContent(
+            current_task=facts.current_task,
+            next_steps=[item.content for item in facts.todos if item.status == "pending"],
+            modified_files=list(facts.modified_files),
+            recent_prompts=[redact(p[:PROMPT_KEEP_CHARS]) for p in facts.recent_prompts],
+            last_assistant_message=facts.last_assistant_message,
+            git_branch=facts.git_branch,
+            context_tokens=facts.context_tokens,
+        )
+        if facts.git_branch:
+            session.git_branch = facts.git_branch[:255]
+        if facts.context_tokens is not None:
+            session.context_tokens = facts.context_tokens
+        if facts.last_assistant_message:
+            session.last_assistant_message = redact(facts.last_assistant_message[:2000])
+    # The emergency checkpoint takes the latest state, so it also stands for any pending one.
+    checkpoint_write(
+        session=session, trigger=Trigger.PRE_COMPACTION, config=config, now=now, content=content
+    )
+    session.compaction_count += 1
+    session.recovery_due = True
+    return _Step()
+
+
+def _on_post_compact(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    _flush_if_due(session, config, now)
+    if event.compact_summary:
+        session.compact_summary = redact(event.compact_summary[:SUMMARY_KEEP_CHARS])
+    session.recovery_due = True
+    return _Step()
+
+
+def _on_stop(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    _flush_if_due(session, config, now)
+    if event.last_assistant_message:
+        session.last_assistant_message = redact(event.last_assistant_message[:2000])
+    return _Step(newly_pending=_mark_if_due(session, config, now))
+
+
+def _on_session_end(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    latest = session.checkpoints.order_by("-created_at").only("created_at").first()
+    active = latest is None or session.last_activity_at > latest.created_at
+    if event.source != "clear" and (active or session.checkpoint_pending_since is not None):
+        checkpoint_write(session=session, trigger=Trigger.SESSION_END, config=config, now=now)
+    else:
+        _flush_now(session, config, now)
+    session.ended_at = max(now, session.started_at)
+    session.end_reason = event.source[:64]
+    return _Step()
+
+
+def _on_unknown(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> _Step:
+    session.ignored_event_count += 1
+    return _Step()
+
+
+Handler = Callable[[Session, Event, ContinuityConfig, datetime, "TranscriptFacts | None"], _Step]
+HANDLERS: dict[EventKind, Handler] = {
+    EventKind.SESSION_START: _on_session_start,
+    EventKind.PROMPT: _on_prompt,
+    EventKind.TOOL_USE: _on_tool_use,
+    EventKind.REMEMBER: _on_remember,
+    EventKind.PRE_COMPACT: _on_pre_compact,
+    EventKind.POST_COMPACT: _on_post_compact,
+    EventKind.STOP: _on_stop,
+    EventKind.SESSION_END: _on_session_end,
+    EventKind.UNKNOWN: _on_unknown,
+}
+
+
+def _enqueue_flush(session_id: int) -> None:
+    from checkpoints.tasks import enqueue_checkpoint_flush
+
+    enqueue_checkpoint_flush(session_id)
+
+
+def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
+    """Write the session's pending periodic checkpoint if its debounce has passed.
+
+    Returns True when a checkpoint was written. Safe to call from any worker at any time:
+    the row lock makes sure one pending mark yields one checkpoint.
+    """
+    config = config_get()
+    with transaction.atomic():
+        session = Session.objects.select_for_update().filter(pk=session_id).first()
+        if session is None or session.checkpoint_pending_since is None:
+            return False
+        now = now or timezone.now()
+        if (now - session.checkpoint_pending_since).total_seconds() < config.debounce_seconds:
+            return False
+        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+        session.save()
+    return True
+
+
+def checkpoints_flush_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """The sweep: flush every session whose pending checkpoint is past its debounce."""
+    now = now or timezone.now()
+    config = config_get()
+    cutoff = now - timedelta(seconds=config.debounce_seconds)
+    ids = list(
+        Session.objects.filter(checkpoint_pending_since__lte=cutoff)
+        .order_by("checkpoint_pending_since")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(checkpoint_flush(session_id=pk, now=now) for pk in ids)

@@ -1,0 +1,52 @@
+"""Helpers for driving the hook endpoint with the Claude Code fixture payloads."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.utils import timezone
+from rest_framework.response import Response
+from rest_framework.test import APIClient
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude_code"
+HOOK_URL = "/api/hooks/claude-code/"
+TRANSCRIPT = FIXTURES / "transcript.jsonl"
+
+
+def payload(name: str, **overrides: Any) -> dict[str, Any]:
+    """A fixture payload (``user_prompt_submit`` …) with fields replaced."""
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    data.update(overrides)
+    return data
+
+
+def send(client: APIClient, body: dict[str, Any], **headers: str) -> Response:
+    response: Response = client.post(
+        HOOK_URL, data=json.dumps(body), content_type="application/json", headers=headers
+    )
+    return response
+
+
+def context_of(response: Response) -> str:
+    """The additionalContext of a hook reply, '' when there is none."""
+    body = response.json()
+    if not body:
+        return ""
+    text: str = body["hookSpecificOutput"]["additionalContext"]
+    return text
+
+
+class Clock:
+    """A settable ``timezone.now`` for the engine: tests move time instead of sleeping."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or timezone.now()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)

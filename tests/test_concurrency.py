@@ -1,0 +1,97 @@
+"""Several workers at once: counts and checkpoint decisions stay exact.
+
+Real threads, each with its own database connection, through the real hook URL; on SQLite
+(a database file in WAL mode) and on PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from checkpoints.models import Checkpoint, Session
+from checkpoints.services.config import config_get, config_save
+from checkpoints.services.tokens import token_create
+from tests.factories import UserFactory
+from tests.hookutil import payload, send
+
+THREADS = 20
+PROMPTS_PER_THREAD = 50
+
+
+def run_threads(work: Callable[[int], None]) -> None:
+    errors: list[BaseException] = []
+
+    def target(index: int) -> None:
+        try:
+            work(index)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=target, args=(n,)) for n in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors[:3]
+
+
+@pytest.fixture
+def ingest_token(transactional_db):
+    owner = UserFactory(username="alice")
+    config = config_get()
+    config.prompt_interval = 10
+    config.max_checkpoints_per_session = 500
+    config.debounce_seconds = 0
+    config_save(config=config)
+    _, raw = token_create(owner=owner, name="load", scopes=["ingest"])
+    return raw
+
+
+def client(raw: str) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return api
+
+
+def prompt_loop(raw: str, session_key: Callable[[int], str]) -> Callable[[int], None]:
+    def work(index: int) -> None:
+        api = client(raw)
+        for number in range(PROMPTS_PER_THREAD):
+            body = payload(
+                "user_prompt_submit", session_id=session_key(index), prompt=f"t{index} p{number}"
+            )
+            response = send(api, body)
+            assert response.status_code == 200, response.content
+
+    return work
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_threads_on_one_session_count_every_prompt_and_checkpoint(ingest_token):
+    run_threads(prompt_loop(ingest_token, lambda index: "shared-session"))
+    session = Session.objects.get()
+    assert session.prompt_count == THREADS * PROMPTS_PER_THREAD
+    # One checkpoint per 10 prompts; with no debounce each is written before the next is due.
+    checkpoints = Checkpoint.objects.filter(session=session)
+    assert checkpoints.count() == THREADS * PROMPTS_PER_THREAD // 10
+    assert sorted(checkpoints.values_list("prompt_count", flat=True)) == list(
+        range(10, THREADS * PROMPTS_PER_THREAD + 1, 10)
+    )
+    assert session.checkpoint_pending_since is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_threads_on_twenty_sessions_count_exactly(ingest_token):
+    run_threads(prompt_loop(ingest_token, lambda index: f"session-{index}"))
+    sessions = Session.objects.all()
+    assert sessions.count() == THREADS
+    for session in sessions:
+        assert session.prompt_count == PROMPTS_PER_THREAD
+        assert session.checkpoints.count() == PROMPTS_PER_THREAD // 10

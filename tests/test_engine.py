@@ -1,0 +1,327 @@
+"""The continuity engine end to end, through the real hook URL with Claude Code payloads."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
+from checkpoints.services.config import config_get, config_save
+from checkpoints.services.engine import checkpoints_flush_due, query_terms, remembered_text
+from checkpoints.services.schedules import schedules_ensure
+from tests.hookutil import TRANSCRIPT, Clock, context_of, payload, send
+
+pytestmark = pytest.mark.django_db
+
+SESSION = "3f2b8c1e-5d4a-4e7b-9c2f-8a1d6e0b7c42"
+PROJECT = "/home/alice/projects/webapp"
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timezone, "now", clock)
+    return clock
+
+
+@pytest.fixture
+def hook(client_for, owner):
+    return client_for(owner, "ingest")
+
+
+def configure(**fields):
+    config = config_get()
+    for name, value in fields.items():
+        setattr(config, name, value)
+    config_save(config=config)
+
+
+def prompt(hook, text="Add rate limiting to POST /api/login", session=SESSION, **extra):
+    response = send(hook, payload("user_prompt_submit", prompt=text, session_id=session, **extra))
+    assert response.status_code == 200, response.content
+    return response
+
+
+def test_a_session_of_25_prompts_yields_the_periodic_checkpoints_the_config_implies(hook, clock):
+    send(hook, payload("session_start_startup"))
+    for number in range(1, 26):
+        clock.advance(seconds=20)
+        prompt(hook, f"step {number}: refactor the checkout module")
+    session = Session.objects.get(session_key=SESSION)
+    assert session.prompt_count == 25
+    checkpoints = list(session.checkpoints.order_by("created_at"))
+    assert [c.trigger for c in checkpoints] == [Trigger.PERIODIC, Trigger.PERIODIC]
+    assert [c.prompt_count for c in checkpoints] == [10, 20]
+    assert checkpoints[1].parent == checkpoints[0]
+    assert checkpoints[0].parent is None
+    assert checkpoints[1].digest.startswith("## Session Checkpoint")
+    assert "**Prompts:** 20" in checkpoints[1].digest
+    assert len(session.recent_prompts) == 10
+    assert session.recent_prompts[-1] == "step 25: refactor the checkout module"
+    assert len(session.recent_queries) == 20
+
+
+def test_time_interval_makes_a_checkpoint_due_before_the_prompt_interval(
+    hook, clock, django_capture_on_commit_callbacks
+):
+    configure(prompt_interval=100, time_interval_minutes=15)
+    send(hook, payload("session_start_startup"))
+    prompt(hook, "first")
+    clock.advance(minutes=16)
+    # The queued flush task runs when the request's transaction commits.
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        prompt(hook, "second, a quarter of an hour later")
+    assert len(queued) == 1
+    assert Checkpoint.objects.filter(trigger=Trigger.PERIODIC).count() == 1
+    prompt(hook, "third, right after")
+    assert Checkpoint.objects.filter(trigger=Trigger.PERIODIC).count() == 1
+
+
+def test_pending_checkpoints_wait_for_the_debounce_and_merge(hook, clock):
+    configure(prompt_interval=2, debounce_seconds=30)
+    for number in range(5):  # due at 2 (marked); 4 merges into the pending one
+        prompt(hook, f"prompt {number}")
+    session = Session.objects.get()
+    assert session.checkpoint_pending_since is not None
+    assert not Checkpoint.objects.exists()
+    assert checkpoints_flush_due() == 0  # debounce not over
+    clock.advance(seconds=31)
+    assert checkpoints_flush_due() == 1
+    checkpoint = Checkpoint.objects.get()
+    assert checkpoint.prompt_count == 5  # the latest state wins
+    session.refresh_from_db()
+    assert session.checkpoint_pending_since is None
+
+
+def test_pending_checkpoint_is_flushed_by_the_next_session_start(hook, clock):
+    configure(prompt_interval=1, debounce_seconds=600)
+    prompt(hook, "one")
+    assert not Checkpoint.objects.exists()
+    send(hook, payload("session_start_resume"))
+    assert Checkpoint.objects.filter(trigger=Trigger.PERIODIC).count() == 1
+
+
+def test_precompact_then_compact_start_recovers_task_and_files_from_the_transcript(hook):
+    send(hook, payload("session_start_startup"))
+    prompt(hook, "Add rate limiting to POST /api/login")
+    send(hook, payload("post_tool_use_edit"))
+    response = send(hook, payload("pre_compact_auto", transcript_path=str(TRANSCRIPT)))
+    assert response.status_code == 200
+    assert response.json() == {}
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    assert checkpoint.current_task == "Continue: finish the Redis conversion and run the tests."
+    assert checkpoint.context_tokens == 21625
+    assert checkpoint.git_branch == "feat/login-rate-limit"
+
+    send(hook, payload("post_compact_manual"))
+    response = send(hook, payload("session_start_compact"))
+    body = response.json()
+    assert body["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    context = body["hookSpecificOutput"]["additionalContext"]
+    assert context.startswith("## Session Recovery Context")
+    assert "pre-compaction checkpoint of this session" in context
+    assert "finish the Redis conversion" in context
+    assert f"{PROJECT}/src/middleware/rateLimit.ts" in context
+    assert f"{PROJECT}/src/routes/auth.ts" in context
+    injection = Injection.objects.get()
+    assert injection.source == "compact"
+    assert injection.match == "session"
+    assert injection.checkpoint == checkpoint
+    assert injection.size_chars == len(context) <= config_get().recovery_budget_chars
+    session = Session.objects.get()
+    assert session.compaction_count == 1
+    assert "fixed-window limiter" in session.compact_summary
+    assert not session.recovery_due
+
+
+def test_compaction_without_a_session_start_recovers_on_the_next_prompt(hook):
+    prompt(hook, "Move the counter store to Redis")
+    send(hook, payload("pre_compact_manual", transcript_path="/nonexistent/transcript.jsonl"))
+    send(hook, payload("post_compact_manual"))
+    response = prompt(hook, "go on")
+    body = response.json()
+    assert body["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    assert "Move the counter store to Redis" in body["hookSpecificOutput"]["additionalContext"]
+    assert context_of(prompt(hook, "and again")) == ""  # once only
+
+
+def test_missing_transcript_degrades_to_the_session_row(hook):
+    prompt(hook, "Write the migration for invoices")
+    send(hook, payload("post_tool_use_write"))
+    response = send(hook, payload("pre_compact_auto", transcript_path="/no/such/file.jsonl"))
+    assert response.status_code == 200
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    assert checkpoint.recent_prompts == ["Write the migration for invoices"]
+    assert checkpoint.modified_files
+    assert checkpoint.context_tokens is None
+
+
+def test_new_session_in_the_same_project_recovers_within_the_window_only(hook, clock):
+    prompt(hook, "Ship the invoice export", session="old-session")
+    send(hook, payload("session_end", session_id="old-session"))
+    clock.advance(hours=3)
+    inside = send(hook, payload("session_start_startup", session_id="new-session"))
+    context = context_of(inside)
+    assert "latest session in this project" in context
+    assert "Ship the invoice export" in context
+    assert Injection.objects.get().match == "project"
+
+    clock.advance(hours=2)  # now 5 h after the old checkpoint: outside the 4 h window
+    outside = send(hook, payload("session_start_startup", session_id="newer-session"))
+    assert outside.json() == {}
+
+
+def test_another_owners_project_is_never_recovered(hook, client_for, stranger):
+    prompt(hook, "Secret roadmap work", session="alice-1")
+    send(hook, payload("session_end", session_id="alice-1"))
+    other = client_for(stranger, "ingest")
+    response = send(other, payload("session_start_startup", session_id="mallory-1"))
+    assert response.json() == {}
+
+
+def test_clear_gets_nothing(hook):
+    prompt(hook, "Something to recover")
+    send(hook, payload("session_end", session_id=SESSION))
+    response = send(hook, payload("session_start_clear", session_id="after-clear"))
+    assert response.status_code == 200
+    assert response.json() == {}
+    response = send(hook, payload("session_start_clear"))
+    assert response.json() == {}
+    assert not Injection.objects.exists()
+
+
+def test_lineage_recovers_across_projects_and_outside_the_window(hook, clock):
+    prompt(hook, "Port the parser", session="first", cwd="/src/one")
+    send(hook, payload("session_end", session_id="first"))
+    clock.advance(days=2)
+    start = payload(
+        "session_start_startup",
+        session_id="second",
+        cwd="/src/two",
+        signet={"previous_session_key": "first"},
+    )
+    context = context_of(send(hook, start))
+    assert "the session this one continues" in context
+    assert "Port the parser" in context
+    assert Session.objects.get(session_key="second").previous_session.session_key == "first"
+
+
+def test_session_end_writes_a_final_checkpoint_and_closes(hook):
+    prompt(hook, "Tidy the settings module")
+    send(hook, payload("session_end"))
+    session = Session.objects.get()
+    assert session.ended_at is not None
+    assert session.end_reason == "prompt_input_exit"
+    assert session.checkpoints.get().trigger == Trigger.SESSION_END
+    send(hook, payload("session_end"))  # nothing new happened since
+    assert session.checkpoints.count() == 1
+
+
+def test_session_end_for_clear_writes_no_checkpoint(hook):
+    prompt(hook, "Throwaway question")
+    send(hook, payload("session_end_clear"))
+    assert not Checkpoint.objects.exists()
+    assert Session.objects.get().end_reason == "clear"
+
+
+def test_a_session_first_seen_mid_stream_is_created_on_the_fly(hook):
+    response = send(hook, payload("post_tool_use_edit"))
+    assert response.status_code == 200
+    session = Session.objects.get()
+    assert session.modified_files == [f"{PROJECT}/src/routes/auth.ts"]
+    assert session.prompt_count == 0
+    assert session.project == PROJECT
+
+
+def test_stop_keeps_the_last_assistant_message(hook):
+    send(hook, payload("stop"))
+    assert Session.objects.get().last_assistant_message.startswith("Rate limiting is in place")
+
+
+def test_unknown_events_are_accepted_ignored_and_counted(hook):
+    for name in ("notification_idle", "subagent_stop"):
+        response = send(hook, payload(name))
+        assert response.status_code == 200
+        assert response.json() == {}
+    response = send(hook, payload("user_prompt_submit", hook_event_name="FutureEvent"))
+    assert response.json() == {}
+    session = Session.objects.get()
+    assert session.ignored_event_count == 3
+    assert session.prompt_count == 0
+
+
+def test_remembers_are_kept(hook):
+    prompt(hook, "/remember the staging database is read-only on Fridays")
+    prompt(hook, "# prefer pnpm over npm in this repo")
+    prompt(hook, "## A heading is not a memory")
+    send(
+        hook,
+        {
+            "session_id": SESSION,
+            "hook_event_name": "Remember",
+            "cwd": PROJECT,
+            "text": "deploys go through the release branch",
+        },
+    )
+    assert Session.objects.get().recent_remembers == [
+        "the staging database is read-only on Fridays",
+        "prefer pnpm over npm in this repo",
+        "deploys go through the release branch",
+    ]
+
+
+def test_buffers_drop_the_oldest_first(hook):
+    for number in range(30):
+        prompt(hook, f"/remember note {number} about module{number}")
+    session = Session.objects.get()
+    assert len(session.recent_remembers) == 10
+    assert session.recent_remembers[0] == f"note 20 about module20"
+    assert len(session.recent_prompts) == 10
+    assert len(session.recent_queries) == 20
+
+
+def test_idempotency_key_makes_a_replay_count_once(hook):
+    body = payload("user_prompt_submit")
+    for _ in range(3):
+        assert send(hook, body, **{"Idempotency-Key": "evt-123"}).status_code == 200
+    assert Session.objects.get().prompt_count == 1
+    assert HookDelivery.objects.count() == 1
+    send(hook, body, **{"Idempotency-Key": "evt-124"})
+    assert Session.objects.get().prompt_count == 2
+
+
+def test_disabled_config_keeps_nothing(hook):
+    configure(enabled=False)
+    assert prompt(hook).json() == {}
+    assert not Session.objects.exists()
+
+
+def test_checkpoint_cap_is_enforced_on_write(hook, django_capture_on_commit_callbacks):
+    configure(prompt_interval=1, max_checkpoints_per_session=3)
+    for number in range(8):
+        with django_capture_on_commit_callbacks(execute=True):
+            prompt(hook, f"prompt {number}")
+    counts = list(
+        Checkpoint.objects.order_by("created_at").values_list("prompt_count", flat=True)
+    )
+    assert counts == [6, 7, 8]
+
+
+def test_query_terms_and_remember_detection():
+    assert query_terms("Please add rate limiting to POST /api/login with Redis") == (
+        "add rate limiting post /api/login redis"
+    )
+    assert remembered_text("/remember  use uv") == "use uv"
+    assert remembered_text("#use tabs") == "use tabs"
+    assert remembered_text("### heading") == ""
+    assert remembered_text("plain prompt") == ""
+
+
+def test_sweep_schedule_is_registered_idempotently():
+    from django_q.models import Schedule
+
+    assert schedules_ensure() == ["signet: flush pending checkpoints"]
+    assert schedules_ensure() == []
+    schedule = Schedule.objects.get()
+    assert schedule.func == "checkpoints.tasks.checkpoints_sweep_task"
+    assert schedule.minutes == 1
