@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from django.utils import timezone
-from rest_framework.response import Response
 from rest_framework.test import APIClient
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude_code"
@@ -23,14 +22,14 @@ def payload(name: str, **overrides: Any) -> dict[str, Any]:
     return data
 
 
-def send(client: APIClient, body: dict[str, Any], **headers: str) -> Response:
-    response: Response = client.post(
+def send(client: APIClient, body: dict[str, Any], **headers: str) -> Any:
+    """POST ``body`` to the hook URL; the test client's response (with ``.json()``)."""
+    return client.post(
         HOOK_URL, data=json.dumps(body), content_type="application/json", headers=headers
     )
-    return response
 
 
-def context_of(response: Response) -> str:
+def context_of(response: Any) -> str:
     """The additionalContext of a hook reply, '' when there is none."""
     body = response.json()
     if not body:

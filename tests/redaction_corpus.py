@@ -55,13 +55,15 @@ POSITIVES = [
     ),
     Positive(
         "pem-json-escaped",
-        '{"tool_output": "-----BEGIN PRIVATE KEY-----\\n«' + _PEM_BODY_ESCAPED + '»\\n'
+        '{"tool_output": "-----BEGIN PRIVATE KEY-----\\n«' + _PEM_BODY_ESCAPED + "»\\n"
         '-----END PRIVATE KEY-----\\n", "exit": 0}',
     ),
     Positive(
         "pem-encrypted-legacy",
         "-----BEGIN EC PRIVATE KEY-----\n«Proc-Type: 4,ENCRYPTED\n"
-        "DEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\n" + _PEM_BODY + "»\n-----END EC PRIVATE KEY-----",
+        "DEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\n"
+        + _PEM_BODY
+        + "»\n-----END EC PRIVATE KEY-----",
     ),
     Positive(
         "pem-pgp-block",
@@ -75,7 +77,9 @@ POSITIVES = [
         + "»\n(output truncated)",
     ),
     # Vendor tokens
-    Positive("openai-legacy", "client = OpenAI(«sk-M0XvqZjxTW3xvboSRt5Mh3dAwVtRMflhbmuaptt0Azn0DNRU»)"),
+    Positive(
+        "openai-legacy", "client = OpenAI(«sk-M0XvqZjxTW3xvboSRt5Mh3dAwVtRMflhbmuaptt0Azn0DNRU»)"
+    ),
     Positive(
         "openai-project",
         "Using key «sk-proj-V0FhHVJWDBt2hWdQZUm14QhoxhLPAbQcEFUV2fsjGHb6HrlEOS47WgjKCu-0xxKhg5Qj"
@@ -145,7 +149,9 @@ POSITIVES = [
         "npm-npmrc",
         "//registry.npmjs.org/:_authToken=«npm_NaXVKtYLRV1ipLUYykCwvVbI2fcZpddioUgI»",
     ),
-    Positive("huggingface", "huggingface-cli login --token «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»"),
+    Positive(
+        "huggingface", "huggingface-cli login --token «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»"
+    ),
     Positive(
         "sendgrid",
         "mail via «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» failed",
@@ -161,7 +167,10 @@ POSITIVES = [
         "doctl auth init -t «dop_v1_7fcd3ce2818f26ff6bff254199c973226b722641b0e812e92776e2051ccb9b2b»",
     ),
     Positive("shopify", "shop token «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» for the store"),
-    Positive("signet", "SIGNET_URL=http://127.0.0.1:8000 «sig_P5S_KXv5Zzjhe3p1g1aKfux6fX1L3dd4u2dDGqt1NvV»"),
+    Positive(
+        "signet",
+        "SIGNET_URL=http://127.0.0.1:8000 «sig_P5S_KXv5Zzjhe3p1g1aKfux6fX1L3dd4u2dDGqt1NvV»",
+    ),
     # JWTs and HTTP credentials
     Positive(
         "jwt",
@@ -175,7 +184,7 @@ POSITIVES = [
     Positive("authorization-basic", "Authorization: Basic «ZGVwbG95Okh0TldhRU5IeGVsaVo5»"),
     Positive(
         "authorization-token",
-        "-H \"Authorization: token «Qm9vc3RlcjpQYXNzd29yZDEyMw»\" -X POST",
+        '-H "Authorization: token «Qm9vc3RlcjpQYXNzd29yZDEyMw»" -X POST',
     ),
     Positive(
         "authorization-dict",

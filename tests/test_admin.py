@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from checkpoints.models import ApiToken, ContinuityConfig
-from signet_site import settings as production_settings
 from checkpoints.services.config import config_get
+from signet_site import settings as production_settings
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
 
 pytestmark = pytest.mark.django_db

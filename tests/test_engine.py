@@ -275,7 +275,7 @@ def test_buffers_drop_the_oldest_first(hook):
         prompt(hook, f"/remember note {number} about module{number}")
     session = Session.objects.get()
     assert len(session.recent_remembers) == 10
-    assert session.recent_remembers[0] == f"note 20 about module20"
+    assert session.recent_remembers[0] == "note 20 about module20"
     assert len(session.recent_prompts) == 10
     assert len(session.recent_queries) == 20
 
@@ -301,9 +301,7 @@ def test_checkpoint_cap_is_enforced_on_write(hook, django_capture_on_commit_call
     for number in range(8):
         with django_capture_on_commit_callbacks(execute=True):
             prompt(hook, f"prompt {number}")
-    counts = list(
-        Checkpoint.objects.order_by("created_at").values_list("prompt_count", flat=True)
-    )
+    counts = list(Checkpoint.objects.order_by("created_at").values_list("prompt_count", flat=True))
     assert counts == [6, 7, 8]
 
 

@@ -19,7 +19,7 @@ def hook(client_for, owner):
 
 
 def post_raw(client: APIClient, body: bytes | str, content_type: str = "application/json"):
-    return client.generic("POST", HOOK_URL, body, content_type=content_type)
+    return client.generic("POST", HOOK_URL, body, content_type=content_type)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,8 @@ def test_bad_idempotency_key_is_refused_before_anything_is_written(hook):
 def test_unicode_nul_and_lone_surrogates_are_stored_safely(hook):
     body = (
         '{"hook_event_name": "UserPromptSubmit", "session_id": "s\\u00e9ssion-\\u2603",'
-        ' "cwd": "/home/al\\u00efce/\\u6f22\\u5b57", "prompt": "fix \\u0000 the \\ud800 bug \\ud83d\\ude00"}'
+        ' "cwd": "/home/al\\u00efce/\\u6f22\\u5b57",'
+        ' "prompt": "fix \\u0000 the \\ud800 bug \\ud83d\\ude00"}'
     )
     response = post_raw(hook, body)
     assert response.status_code == 200, response.content

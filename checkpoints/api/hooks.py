@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.http.request import RawPostDataException
 from rest_framework import status
 from rest_framework.request import Request
@@ -51,6 +52,7 @@ class HookIngestApi(APIView):
                 "Idempotency-Key must be 1-100 characters of letters, digits and _.:-",
                 status.HTTP_400_BAD_REQUEST,
             )
+        assert isinstance(request.user, User)  # a token authenticated this request
         outcome = event_handle(owner=request.user, event=event, idempotency_key=key)
         return Response(adapter.render(event, outcome))
 

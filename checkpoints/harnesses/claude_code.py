@@ -102,9 +102,7 @@ class ClaudeCodeAdapter:
                 compact_summary=_text(payload, "compact_summary"),
             )
         if kind is EventKind.STOP:
-            return Event(
-                **common, last_assistant_message=_text(payload, "last_assistant_message")
-            )
+            return Event(**common, last_assistant_message=_text(payload, "last_assistant_message"))
         if kind is EventKind.SESSION_END:
             return Event(**common, source=_text(payload, "reason"))
         return Event(**common)

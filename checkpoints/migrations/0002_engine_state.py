@@ -7,34 +7,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0001_initial'),
+        ("checkpoints", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='session',
-            name='last_assistant_message',
+            model_name="session",
+            name="last_assistant_message",
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
-            model_name='session',
-            name='recovery_due',
+            model_name="session",
+            name="recovery_due",
             field=models.BooleanField(default=False),
         ),
         migrations.CreateModel(
-            name='HookDelivery',
+            name="HookDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=100)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='hook_deliveries', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=100)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="hook_deliveries",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['created_at'], name='hook_delivery_created')],
-                'constraints': [models.UniqueConstraint(fields=('owner', 'key'), name='hook_delivery_unique_key')],
+                "indexes": [models.Index(fields=["created_at"], name="hook_delivery_created")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("owner", "key"), name="hook_delivery_unique_key"
+                    )
+                ],
             },
         ),
     ]

@@ -39,12 +39,14 @@ SUMMARY_KEEP_CHARS = 20_000
 QUERY_TERMS = 8
 REMEMBER_PREFIXES = ("/remember", "#")
 _WORD = re.compile(r"[\w./:-]{3,64}")
-_STOPWORDS = frozenset(
+_STOPWORD_TEXT = (
     "the and for with that this from into have has was were are you your can could would "
-    "should please make sure also then than them they there here what when where which while "
-    "will just like some more most other only over such very about after before again all "
-    "any but each how its not now our out own same too use using want need let lets".split()
+    "should please make sure also then than them they there here what when where which "
+    "while will just like some more most other only over such very about after before "
+    "again all any but each how its not now our out own same too use using want need let "
+    "lets"
 )
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
 @dataclass
@@ -177,7 +179,7 @@ def query_terms(prompt: str) -> str:
     terms: dict[str, None] = {}
     for word in _WORD.findall(prompt):
         lowered = word.lower().strip(".:-")
-        if len(lowered) >= 3 and lowered not in _STOPWORDS and not lowered.isdigit():  # noqa: PLR2004
+        if len(lowered) >= 3 and lowered not in _STOPWORDS and not lowered.isdigit():
             terms.setdefault(lowered, None)
         if len(terms) >= QUERY_TERMS:
             break
@@ -250,7 +252,9 @@ def _on_prompt(
     text = redact(event.prompt.strip())
     session.prompt_count += 1
     if text:
-        session.recent_prompts = _push(session.recent_prompts, text[:PROMPT_KEEP_CHARS], MAX_PROMPTS)
+        session.recent_prompts = _push(
+            session.recent_prompts, text[:PROMPT_KEEP_CHARS], MAX_PROMPTS
+        )
         remembered = remembered_text(text)
         if remembered:
             session.recent_remembers = _push(

@@ -61,7 +61,9 @@ def _git_root_above(path: str) -> str:
     return ""
 
 
-def project_identify(*, cwd: str, client_project: str = "", client_git_root: str = "") -> ProjectIdentity:
+def project_identify(
+    *, cwd: str, client_project: str = "", client_git_root: str = ""
+) -> ProjectIdentity:
     """Work out the project key of a session from what the harness and client sent."""
     project = cwd.strip()[:MAX_PATH_CHARS]
     git_root = lexical_normalize(client_git_root)
@@ -73,4 +75,6 @@ def project_identify(*, cwd: str, client_project: str = "", client_git_root: str
         if real and not git_root:
             git_root = _git_root_above(real)
     key = git_root or normalized
-    return ProjectIdentity(project=project, project_normalized=key[:MAX_PATH_CHARS], git_root=git_root)
+    return ProjectIdentity(
+        project=project, project_normalized=key[:MAX_PATH_CHARS], git_root=git_root
+    )

@@ -50,7 +50,7 @@ def recovery_find(
     if own is not None:
         return RecoveryMatch(own, "session")
     previous_key = previous_session_key or (
-        session.previous_session.session_key if session.previous_session_id else ""
+        session.previous_session.session_key if session.previous_session is not None else ""
     )
     if previous_key:
         previous = Checkpoint.objects.filter(owner=owner, session_key=previous_key).first()
@@ -73,13 +73,13 @@ def recovery_find(
 
 def _age(delta: timedelta) -> str:
     seconds = max(0, int(delta.total_seconds()))
-    if seconds < 90:  # noqa: PLR2004
+    if seconds < 90:
         return "just now"
     minutes = seconds // 60
-    if minutes < 90:  # noqa: PLR2004
+    if minutes < 90:
         return f"{minutes} min ago"
     hours = minutes // 60
-    if hours < 48:  # noqa: PLR2004
+    if hours < 48:
         return f"{hours} h ago"
     return f"{hours // 24} days ago"
 

@@ -113,7 +113,7 @@ def _enforce_cap(*, session: Session, keep: int) -> None:
 
 def _minutes(start: datetime, end: datetime) -> str:
     minutes = max(0, int((end - start).total_seconds() // 60))
-    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"  # noqa: PLR2004
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _bullets(items: Sequence[str], limit: int = 10) -> str:
@@ -127,8 +127,7 @@ def digest_render(*, session: Session, checkpoint: Checkpoint, now: datetime) ->
         "## Session Checkpoint",
         f"**Project:** {session.project_normalized or session.project or 'unknown'}{branch}",
         f"**Session:** `{session.session_key}` · {session.harness} · {checkpoint.trigger}",
-        f"**Prompts:** {session.prompt_count} · **Duration:** "
-        f"{_minutes(session.started_at, now)}",
+        f"**Prompts:** {session.prompt_count} · **Duration:** {_minutes(session.started_at, now)}",
         f"**Memory activity:** {len(session.recent_queries)} recent queries, "
         f"{len(session.recent_remembers)} remembered",
     ]
