@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from socketserver import ThreadingMixIn
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
@@ -32,7 +33,7 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -45,7 +46,7 @@ class Service:
         self._server: _ThreadingServer | None = None
 
     def start(self) -> None:
-        self._server = make_server(  # type: ignore[assignment]
+        self._server = make_server(
             "127.0.0.1",
             self.port,
             get_wsgi_application(),
@@ -76,7 +77,9 @@ def service(transactional_db) -> Iterator[Service]:
     connections.close_all()
 
 
-def run_hook(url: str, token: str, outbox: Path, body: dict) -> subprocess.CompletedProcess[bytes]:
+def run_hook(
+    url: str, token: str, outbox: Path, body: dict[str, Any]
+) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "SIGNET_TOKEN": token}
     return subprocess.run(
         [sys.executable, str(HOOK), "--url", url, "--outbox", str(outbox), "claude-code"],
@@ -88,8 +91,8 @@ def run_hook(url: str, token: str, outbox: Path, body: dict) -> subprocess.Compl
     )
 
 
-def fixture_payload(name: str, **overrides: str) -> dict:
-    body = json.loads((FIXTURES / f"{name}.json").read_text())
+def fixture_payload(name: str, **overrides: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
     body.update(overrides)
     return body
 
