@@ -143,7 +143,8 @@ POSITIVES = [
     Positive("google-oauth-secret", "client «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» from console"),
     Positive(
         "google-access-token",
-        "gcloud printed «ya29._5SApYXfE-1ds3vbgqMMvFuz4zf3ATNeY2Pseh093Fj9fOptqCWCsuZrJZaVLaPeAU5mo»",
+        "gcloud printed «ya29._5SApYXfE-1ds3vbgqMMvFuz4zf3ATNeY2Pseh093Fj9fOptqCWCsuZrJZaVLaPe"
+        "AU5mo»",
     ),
     Positive(
         "npm-npmrc",
@@ -159,12 +160,13 @@ POSITIVES = [
     Positive("twilio-api-key", "twilio api key «SKd9f9b9f5f9707d5bbd933e4a241d6509» created"),
     Positive(
         "pypi",
-        "twine upload -p «pypi-AgEIcHlwaS5vcmcL66YbgqaD7XBPgUbqr2RbwXOq43IedbtWe27WH77hBlyqz-9PNldsW"
-        "hXK64VtGHZA2PQLU» dist/*",
+        "twine upload -p «pypi-AgEIcHlwaS5vcmcL66YbgqaD7XBPgUbqr2RbwXOq43IedbtWe27WH77hBlyqz-9P"
+        "NldsWhXK64VtGHZA2PQLU» dist/*",
     ),
     Positive(
         "digitalocean",
-        "doctl auth init -t «dop_v1_7fcd3ce2818f26ff6bff254199c973226b722641b0e812e92776e2051ccb9b2b»",
+        "doctl auth init -t «dop_v1_7fcd3ce2818f26ff6bff254199c973226b722641b0e812e92776e2051"
+        "ccb9b2b»",
     ),
     Positive("shopify", "shop token «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» for the store"),
     Positive(
@@ -237,16 +239,26 @@ POSITIVES = [
     Positive("prose-my-token-is", "my token is «Zq81-aa93-Lk2» if you need it"),
     Positive("prose-api-key-was-quoted", "The API key was `«kx9Lm2»` until Monday."),
     Positive("prose-password-set-to", "DB password is set to «Tr0ub4dor&3» now"),
+    # Lowercasing "İ" adds a code point; offsets must not shift.
+    Positive("non-ascii-before", "İstanbul şubesi: DB_PASSWORD=«hunter2!x» (staging)"),
+    # A URL cut short on the line before is not the key's URL.
+    Positive("key-after-bare-scheme", "fetch https://\ntoken: «Zx8q1Lm2Nv3Bc4»"),
+    # A rejected value (here a template) does not hide a secret further in.
+    Positive("secret-inside-placeholder", 'token="${A} password=«Zq7-k1x»"'),
 ]
 
 NEGATIVES = {
     "git-sha": "commit 3f786850e387550fdab836ed7e6dc881de23001b (HEAD -> main, origin/main)",
     "git-short-sha-log": "a1b2c3d Fix token refresh when the session expires",
     "uuid": "session 0b6f3f0e-8f5c-4d7e-9b61-1f2a3c4d5e6f resumed from checkpoint 42",
-    "sha256-digest": "ghcr.io/acme/api@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "sha256-digest": (
+        "ghcr.io/acme/api@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    ),
     "paths": "Edited src/auth/password_reset_view.py and tests/test_token_store.py",
     "secret-file-path": "private_key: ~/.ssh/id_ed25519\npassword_file: /run/secrets/db_password",
-    "env-var-placeholders": "API_KEY=${API_KEY}\nDB_PASSWORD=$DB_PASSWORD\nTOKEN=${{ secrets.TOKEN }}",
+    "env-var-placeholders": (
+        "API_KEY=${API_KEY}\nDB_PASSWORD=$DB_PASSWORD\nTOKEN=${{ secrets.TOKEN }}"
+    ),
     "angle-placeholder": 'curl -H "Authorization: Bearer <token>" https://api.test/v1/me',
     "shell-var-header": 'curl -H "Authorization: Bearer $TOKEN" https://api.test/v1/me',
     "your-key-here": "OPENAI_API_KEY=your_api_key_here",
@@ -260,17 +272,26 @@ NEGATIVES = {
     "code-branch": "if not token: raise PermissionDenied\npassword = get_password()",
     "password-reset-view": "path('reset/', password_reset_view, name='password_reset')",
     "token-count": "token count: 1234 (max_tokens: 4096, input_tokens: 12)",
-    "prose-about-tokens": "The password is stored in the keychain and the token is valid for an hour.",
+    "prose-about-tokens": (
+        "The password is stored in the keychain and the token is valid for an hour."
+    ),
     "bearer-prose": "Use a bearer token for the API; Bearer tokens expire after an hour.",
     "cli-flag-prose": "Pass the --token flag or the --password-stdin option to docker login.",
     "url-without-credentials": "See https://docs.example.com:8443/guide/auth?tab=tokens#setup",
     "git-ssh-urls": "git@github.com:acme/repo.git and ssh://git@gitlab.com:2222/acme/repo.git",
     "ipv6-url": "http://[::1]:8000/api/hooks/claude/ answered 200",
     "docker-user": "docker run -u 1000:1000 alpine id && git push -u origin main",
-    "data-uri": "src=data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk",
-    "python-identifiers": "from sklearn import tokenize; tokenizer = AutoTokenizer.from_pretrained(m)",
+    "data-uri": "src=data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAA",
+    "python-identifiers": (
+        "from sklearn import tokenize; tokenizer = AutoTokenizer.from_pretrained(m)"
+    ),
     "status-words": "auth: ok\ntoken: expired\nsecret: true",
     "markdown-field-doc": "- `token`: the API token shown once at creation",
     "short-number-values": "token: 0\npassword_min_length: 12",
+    "kwarg-words": "return AdminLogin(username=username, password=shown, created=created)",
+    "type-class-annotation": "def make_rev_args(password: HiddenText | None = None) -> Args:",
+    "fstring-auth-header": 'client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(u)}")',
+    "format-string": "sql = 'ALTER USER %(user)s IDENTIFIED BY \"%(password)s\"'",
+    "code-assignments": "token = Name\nself._credentials = kwargs\n_TOKEN_RE = re.compile(pattern)",
     "hex-digest-near-aws": "aws s3 cp out.tgz s3://bucket/ # etag 5d41402abc4b2a76b9719d911017c592",
 }

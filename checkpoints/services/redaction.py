@@ -13,13 +13,14 @@ Two properties matter more than recall on exotic formats:
   possessive, and a rule only runs when one of its hint substrings occurs, so a 2 KB text
   costs a fraction of a millisecond and a 1 MiB text stays linear.
 
-Pure Python and standard library only, so the hook client and scripts may import it too.
+Standard library only, no Django: scripts and the benchmark import it directly.
 """
 
 from __future__ import annotations
 
 import keyword
 import re
+import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -46,10 +47,12 @@ class _Rule:
     pattern: re.Pattern[str]
     hints: tuple[str, ...]  # lowercase; the rule runs only when one occurs in the text
     extract: _Extract
-    # Case-insensitive patterns are slow to scan for (no literal prefix to jump to), so those
-    # rules name an anchor: a case-sensitive regex run on the lowercased text, and the pattern
-    # is only tried where the anchor hits.
-    anchor: re.Pattern[str] | None = None
+    # Where the pattern can start, as lowercase words: found with str.find, which is far
+    # faster than letting a case-insensitive or lookbehind-led pattern scan the whole text.
+    anchors: tuple[str, ...] = ()
+    # Search from the anchor to the end of its logical line instead of only at the anchor:
+    # curl ... -u user:pass.
+    to_line_end: bool = False
 
 
 # --- What is not a secret -------------------------------------------------------------------
@@ -61,7 +64,8 @@ _PLACEHOLDER_WORDS = frozenset(
         "null", "nil", "undefined", "yes", "no", "on", "off", "empty", "none", "n/a", "na",
         "tbd", "todo", "redacted", "hidden", "masked", "omitted", "changeme", "change_me",
         "change-me", "replaceme", "replace_me", "replace-me", "password", "passwd", "pass",
-        "secret", "token", "required", "optional", "bearer", "basic",
+        "secret", "token", "required", "optional", "bearer", "basic", "auth", "pwd",
+        "credential", "credentials", "apikey", "api_key", "access_token", "secret_key",
         # Type annotations: ``password: str``, ``token: string;``.
         "str", "string", "bytes", "int", "bool", "boolean", "number", "any", "object",
         "unknown", "void", "float", "dict", "list", "tuple",
@@ -73,15 +77,17 @@ _PLACEHOLDER_WORDS = frozenset(
 
 _PLACEHOLDER_RE = re.compile(
     r"""
-      \$[{(].{0,300}                # ${VAR}, ${{ secrets.X }}, $(pass show db), cut or whole
+      \$[{(].{0,300}                # ${VAR}, ${{ secrets.X }}, $(pass show db)
     | \$[A-Za-z_]\w{0,100}          # $VAR
     | %\(\w{1,100}\)[sdr] | %[sdr]  # printf-style
     | %[A-Za-z_]\w{0,100}%          # %VAR% on Windows
     | \{\{.{1,200}\}\}              # {{ template }}
-    | \{[A-Za-z_]\w{0,100}\}        # {token}
+    | \{.{0,300}                    # {token}, {make_token(user)}: interpolation
     | <[^<>]{1,100}>                # <token>, <your-api-key>
     | ![A-Za-z_]\S{0,100}           # YAML tags: !vault
-    | [*x\u2022._#?|>-]+            # ***, xxxx, ..., YAML block markers
+    | \[{1,2}[\w -]{1,100}\]{1,2}  # [password], [[username]]
+    | \#[0-9a-f]{3,8}               # a colour
+    | [\W_x]+                       # ***, xxxx, ..., -, YAML block markers: nothing real
     """,
     re.VERBOSE | re.IGNORECASE,
 )
@@ -91,12 +97,16 @@ _ENV_REFERENCE_RE = re.compile(
 )
 # A value that is code: a call, a subscript, an attribute chain (self.token, settings.X).
 _REFERENCE_RE = re.compile(
-    r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\s*[(\[]|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$"
+    r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\s*[(\[]|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\Z"
 )
 # A file path names where a secret lives, it is not one: private_key: ~/.ssh/id_ed25519.
 _PATH_RE = re.compile(r"(?:~|\.{1,2})?/(?:[\w.-]+/)+[\w.-]+|(?:~|\.{1,2})?/[\w-]+\.\w{1,8}")
+# A format string or template that fills the secret in later: "%(password)s", "{{ token }}".
+_TEMPLATE_RE = re.compile(r"%\(\w{1,64}\)[sdr]|%s|\{\{|\{%|\$\{")
 _SECRETISH_WORD_RE = re.compile(r"pass|secret|token|key|auth|cred|pwd", re.IGNORECASE)
-_CAMEL_RE = re.compile(r"[a-z]+[A-Z]\w*")
+_INNER_CAPITAL_RE = re.compile(r"[a-z][A-Z]")
+_WORD_RE = re.compile(r"[A-Za-z_]{1,64}")
+_SHORT_NUMBER_RE = re.compile(r"-?[0-9]{1,5}(?:\.[0-9]+)?")
 
 
 def _is_placeholder(value: str) -> bool:
@@ -108,7 +118,7 @@ def _is_placeholder(value: str) -> bool:
         return True
     if _PLACEHOLDER_RE.fullmatch(value) or _ENV_REFERENCE_RE.match(value):
         return True
-    if _PATH_RE.fullmatch(value):
+    if _PATH_RE.fullmatch(value) or _TEMPLATE_RE.search(value):
         return True
     return (
         lowered.startswith("your")
@@ -117,16 +127,19 @@ def _is_placeholder(value: str) -> bool:
     )
 
 
-def _is_reference(value: str) -> bool:
-    """Unquoted code on the right of ``token =``: ``get_token()``, ``self.token``, ``api_key``."""
-    if _REFERENCE_RE.match(value):
-        return True
-    # api_key=api_key, password=DEFAULT_PASSWORD, token=authToken; but not PASSWORD=turkey1.
+def _is_name(value: str) -> bool:
+    """A name that mentions the secret rather than holding it: DEFAULT_PASSWORD, authToken."""
     return (
         value.isidentifier()
         and bool(_SECRETISH_WORD_RE.search(value))
-        and ("_" in value or bool(_CAMEL_RE.fullmatch(value)))
+        and ("_" in value or bool(_INNER_CAPITAL_RE.search(value)))
+        and not any(c.isdigit() for c in value)  # W9etPass7 is a password, not a name
     )
+
+
+def _is_reference(value: str) -> bool:
+    """Unquoted code on the right of ``token =``: ``get_token()``, ``self.token``, ``api_key``."""
+    return bool(_REFERENCE_RE.match(value)) or _is_name(value)
 
 
 def _is_plain_word(value: str) -> bool:
@@ -134,12 +147,15 @@ def _is_plain_word(value: str) -> bool:
     return value.isalpha() and value.islower() and len(value) <= 24
 
 
+_OPENERS = {")": "(", "]": "[", "}": "{"}
+
+
 def _trim_bare(value: str) -> str:
-    # A bare value runs to whitespace; drop closers it does not open (f(token=abc) -> abc).
-    while (
-        value
-        and value[-1] in ")]}"
-        and value.count(value[-1]) > value.count({")": "(", "]": "[", "}": "{"}[value[-1]])
+    # A bare value runs to whitespace; drop the punctuation and closers it does not open:
+    # f(token=abc) -> abc, def f(token=None): -> None.
+    while value and (
+        value[-1] in ".,:;"
+        or (value[-1] in _OPENERS and value.count(value[-1]) > value.count(_OPENERS[value[-1]]))
     ):
         value = value[:-1]
     return value
@@ -176,34 +192,48 @@ def _span_unless_placeholder(match: re.Match[str]) -> tuple[int, int] | None:
     return None if _is_placeholder(match["s"]) else match.span("s")
 
 
-_IN_URL_AUTHORITY = re.compile(r"://[^\s/@]{0,128}$")
+_IN_URL_AUTHORITY = re.compile(r"://[\w.~%+-]{0,128}\Z")
+_MORE_WORDS_RE = re.compile(r" [^\s#]")  # the value is followed by more words on its line
 
 
 def _assignment(*, plain_words: bool) -> _Extract:
     """The value of ``key = value``, quoted or bare.
 
-    ``plain_words`` says whether a lone lowercase word may be the secret: yes after ``=`` or
-    ``:`` (``PASSWORD=hunter``), no after a CLI flag, where it is usually prose ("the --token
-    flag").
+    A bare word is taken after ``KEY=value`` or ``key: value`` (``PASSWORD=hunter``), but not
+    where it reads as code or prose; ``plain_words`` false refuses lowercase words outright,
+    as after a CLI flag ("the --token flag").
     """
 
     def extract(match: re.Match[str]) -> tuple[int, int] | None:
-        if _IN_URL_AUTHORITY.search(match.string, max(0, match.start() - 130), match.start()):
+        text = match.string
+        if _IN_URL_AUTHORITY.search(text, max(0, match.start() - 130), match.start()):
             return None  # https://x-access-token:...@host is the URL rule's, password only
         for name in ("dq", "sq", "bq", "eq"):
             if match.start(name) >= 0:
-                return None if _is_placeholder(match[name]) else match.span(name)
+                quoted = match[name]
+                return None if _is_placeholder(quoted) or _is_name(quoted) else match.span(name)
         raw, start = match["bare"], match.start("bare")
         value = _trim_bare(raw)
+        end, groups = start + len(value), match.groupdict()
+        if len(value) < 4 or _SHORT_NUMBER_RE.fullmatch(value):  # token: 0, token = -1
+            return None
         if _is_placeholder(value) or _is_reference(raw) or _is_reference(value):
             return None
-        if value.isdigit() and len(value) < 6:  # counts, ports, flags: token: 0
-            return None
-        end = start + len(value)
-        if _is_plain_word(value) and (
-            not plain_words or re.match(r" [A-Za-z]", match.string[end : end + 2])
+        after = text[start + len(raw) : start + len(raw) + 1]
+        code = (
+            groups.get("kq")
+            or (groups.get("sep") or "")[:1].isspace()
+            or raw != value
+            or after in (",", ")")
+        )
+        prose = _MORE_WORDS_RE.match(text, end)
+        if _WORD_RE.fullmatch(value) and (
+            code  # {"token": comma} (JSON has no bare words), token = Name, f(token=word)
+            or prose  # "invalid token: expected 3"
+            or _INNER_CAPITAL_RE.search(value)  # password: HiddenText, a type
+            or (not plain_words and value.islower())  # "the --token flag"
         ):
-            return None  # prose: "`token`: the bearer token", "the --token flag"
+            return None
         return start, end
 
     return extract
@@ -219,33 +249,23 @@ def _prose(match: re.Match[str]) -> tuple[int, int] | None:
 
 
 def _credential(match: re.Match[str]) -> tuple[int, int] | None:
-    value = match["s"]
+    value = _trim_bare(match["s"])
     if _is_placeholder(value) or _is_plain_word(value) or len(value) < 6:
         return None
-    return match.span("s")
+    if _is_reference(value) and not any(c.isdigit() for c in value):
+        return None  # "AUTHORIZATION": tokens.Keyword
+    return match.start("s"), match.start("s") + len(value)
+
+
+_NOT_LOWER_HEX_RE = re.compile(r"[A-Z/+]")
 
 
 def _aws_secret(match: re.Match[str]) -> tuple[int, int] | None:
     value = match["s"]
     # A 40-character lowercase-hex run is a git SHA, not a secret key.
-    if not re.search(r"[A-Z/+]", value) or len(set(value)) < 10:
+    if not _NOT_LOWER_HEX_RE.search(value) or len(set(value)) < 10:
         return None
     return match.span("s")
-
-
-_CURL_RE = re.compile(r"\bcurl\b")
-
-
-def _curl_user(match: re.Match[str]) -> tuple[int, int] | None:
-    # ``-u user:pass`` is a credential only for curl; ``docker run -u 1000:1000`` is not.
-    # Look for curl earlier on the same logical line (backslash continuations included).
-    text, limit = match.string, max(0, match.start() - 512)
-    line_start = text.rfind("\n", limit, match.start())
-    while line_start > limit and text[line_start - 1] == "\\":
-        line_start = text.rfind("\n", limit, line_start - 1)
-    if not _CURL_RE.search(text, max(line_start, limit), match.start()):
-        return None
-    return _span_unless_placeholder(match)
 
 
 _PEM_END = r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
@@ -288,10 +308,10 @@ _KEY = r"""
   | (?:api|access|secret|private|signing|encryption|master|client|account|service)[_.-]?key
 )(?![a-z0-9_-])
 """
-# Where a _KEY (or prose keyword) can start; the patterns are tried there only.
-_KEY_ANCHOR = re.compile(
-    "pass|pwd|auth|secret|token|credential|api|access|private|signing|encryption|master"
-    "|client|account|service"
+# Where a _KEY (or a prose keyword) can start.
+_KEY_ANCHORS = (
+    *("pass", "pwd", "auth", "secret", "token", "credential", "api", "access", "private"),
+    *("signing", "encryption", "master", "client", "account", "service"),
 )
 _QUOTE = r"""(?:\\?["'])?"""  # an optional quote, maybe JSON-escaped
 _QUOTED_VALUE = r"""
@@ -303,8 +323,8 @@ _QUOTED_VALUE = r"""
 _ASSIGNMENT_RE = re.compile(
     _KEY
     + r"""
-    (?:\\?["'`])?\]?[ \t]{0,8}                      # "key": / ['key'] = / key=
-    (?:=>|:=|=(?!=)|:(?!:))[ \t]{0,8}
+    (?P<kq>\\?["'`])?\]?                          # "key": / ['key'] = / key=
+    (?P<sep>[ \t]{0,8}(?:=>|:=|=(?!=)|:(?!:))[ \t]{0,8})
     (?:[rRbBuUfF]{1,2}(?=["']))?
     (?:"""
     + _QUOTED_VALUE
@@ -314,7 +334,7 @@ _ASSIGNMENT_RE = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 _CLI_FLAG_RE = re.compile(
-    r"""-(?<!\S-)-?(?:[a-z0-9]{1,20}-){0,3}
+    r"""--(?<!\S--)(?:[a-z0-9]{1,20}-){0,3}
     (?:password|passwd|passphrase|token|secret|api-?key|access-key|secret-key)[ \t]{1,4}
     (?:"""
     + _QUOTED_VALUE
@@ -323,7 +343,7 @@ _CLI_FLAG_RE = re.compile(
 )
 _PROSE_RE = re.compile(
     r"""\b(?:pass\s?word|passphrase|passcode|token|secret|(?:api|access|secret)[\s_-]?key)
-    \s{1,3}(?:is|was|=)\s{1,3}(?:set\s{1,3}to\s{1,3}|now\s{1,3})?:?\s{0,3}
+    \s{1,3}(?:is|was)\s{1,3}(?:set\s{1,3}to\s{1,3}|now\s{1,3})?:?\s{0,3}
     (?: ["'`\u201c\u2018](?P<qv>[^"'`\u201d\u2019\r\n]{1,256}+)["'`\u201d\u2019]
       | (?P<bare>[^\s"'`\u201c\u201d\u2018\u2019]{1,256}+))""",
     re.VERBOSE | re.IGNORECASE,
@@ -335,16 +355,16 @@ _XML_RE = re.compile(
 )
 
 
-def _vendor(kind: str, body: str, hints: tuple[str, ...], *, mixed: bool = False) -> _Rule:
+def _vendor(kind: str, body: str, prefixes: tuple[str, ...], *, mixed: bool = False) -> _Rule:
     # The secret is the whole token, which must end at a word edge (_token checks the start).
+    # ``prefixes`` are the lowercased ways it can start: the hints, and where to try it.
     pattern = re.compile(r"(?P<s>" + body + r")(?![A-Za-z0-9_-])")
-    return _Rule(kind, pattern, hints, _token(mixed=mixed))
+    return _Rule(kind, pattern, prefixes, _token(mixed=mixed), prefixes)
 
 
 def _keyed(kind: str, pattern: str, hints: tuple[str, ...], extract: _Extract) -> _Rule:
-    # A case-insensitive rule that starts on one literal word, which is also its anchor.
-    anchor = re.compile(re.escape(hints[0]))
-    return _Rule(kind, re.compile(pattern, re.IGNORECASE), hints, extract, anchor)
+    # A case-insensitive rule that starts on one literal word, its hint and anchor.
+    return _Rule(kind, re.compile(pattern, re.IGNORECASE), hints, extract, hints)
 
 
 _VENDOR_RULES = (
@@ -380,7 +400,7 @@ _VENDOR_RULES = (
     _vendor(
         "stripe",
         r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,247}+|whsec_[A-Za-z0-9]{24,64}+",
-        ("_live_", "_test_", "whsec_"),
+        ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"),
     ),
     _vendor("google-api-key", r"AIza[A-Za-z0-9_-]{35}", ("aiza",)),
     _vendor(
@@ -393,7 +413,7 @@ _VENDOR_RULES = (
     _vendor("sendgrid", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", ("sg.",)),
     _vendor("twilio", r"SK[0-9a-fA-F]{32}", ("sk",)),
     _vendor("pypi", r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,512}+", ("pypi-",)),
-    _vendor("digitalocean", r"do[opr]_v1_[a-f0-9]{64}", ("_v1_",)),
+    _vendor("digitalocean", r"do[opr]_v1_[a-f0-9]{64}", ("doo_v1_", "dop_v1_", "dor_v1_")),
     _vendor("shopify", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}", ("shp",)),
     _vendor("signet", r"sig_[A-Za-z0-9_-]{40,64}+", ("sig_",), mixed=True),  # our own API tokens
 )
@@ -477,59 +497,97 @@ _CONTEXT_RULES = (
             r"-(?<!\S-)(?:u|-user)(?:[ \t]{1,4}|=)?[\"']?[^\s:\"'$]{1,128}+:(?P<s>[^\s\"']{1,256}+)"
         ),
         ("curl",),
-        _curl_user,
+        _span_unless_placeholder,
+        ("curl",),
+        to_line_end=True,  # -u is a credential for curl only, not for docker run -u 1000:1000
     ),
     _Rule(
         "assignment",
         _ASSIGNMENT_RE,
         ("pass", "secret", "token", "key", "auth", "cred", "pwd"),
         _assignment(plain_words=True),
-        _KEY_ANCHOR,
+        _KEY_ANCHORS,
     ),
     _Rule(
         "cli-flag",
         _CLI_FLAG_RE,
         ("pass", "secret", "token", "key"),
         _assignment(plain_words=False),
-        re.compile("-"),
+        ("--",),
     ),
-    _Rule("prose", _PROSE_RE, ("pass", "secret", "token", "key"), _prose, _KEY_ANCHOR),
+    _Rule("prose", _PROSE_RE, ("pass", "secret", "token", "key"), _prose, _KEY_ANCHORS),
     _Rule(
         "xml",
         _XML_RE,
         ("pass", "secret", "token", "key"),
         _span_unless_placeholder,
-        re.compile("<"),
+        ("<",),
     ),
 )
 
 _RULES: tuple[_Rule, ...] = _VENDOR_RULES + _CONTEXT_RULES
 
 
-# --- Public API -----------------------------------------------------------------------------
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
-def _matches(rule: _Rule, text: str, lowered: str) -> Iterator[re.Match[str]]:
-    # Lowercasing rarely changes a string's length (a dotted capital I does); offsets in the
-    # lowered copy are only valid when it does not.
-    if rule.anchor is None or len(lowered) != len(text):
-        yield from rule.pattern.finditer(text)
+def _spans(rule: _Rule, text: str, lowered: str) -> Iterator[tuple[int, int]]:
+    if not rule.anchors:
+        for match in rule.pattern.finditer(text):
+            if span := rule.extract(match):
+                yield span
         return
+    if rule.to_line_end:
+        yield from _line_spans(rule, text, lowered)
+        return
+    hits: list[int] = []
+    for word in rule.anchors:
+        at = lowered.find(word)
+        while at >= 0:
+            hits.append(at)
+            at = lowered.find(word, at + 1)
     resume = 0
-    for hit in rule.anchor.finditer(lowered):
-        if hit.start() >= resume and (match := rule.pattern.match(text, hit.start())):
-            resume = match.end()
-            yield match
+    for at in sorted(hits):
+        if at < resume or not (found := rule.pattern.match(text, at)):
+            continue
+        # A rejected match (a placeholder, a template) may still hold a secret further in,
+        # as in "{\"user\": \"bob\", \"password\": \"...\"}", so only an accepted one is skipped.
+        if span := rule.extract(found):
+            resume = found.end()
+            yield span
+
+
+def _first_anchor(lowered: str, anchors: tuple[str, ...], start: int) -> int:
+    found = [at for at in (lowered.find(word, start) for word in anchors) if at >= 0]
+    return min(found, default=-1)
+
+
+def _line_spans(rule: _Rule, text: str, lowered: str) -> Iterator[tuple[int, int]]:
+    at = _first_anchor(lowered, rule.anchors, 0)
+    while at >= 0:
+        end = text.find("\n", at)
+        while end > 0 and text[end - 1] == "\\":  # a backslash continues the line
+            end = text.find("\n", end + 1)
+        end = len(text) if end < 0 else end
+        for match in rule.pattern.finditer(text, at, end):
+            if span := rule.extract(match):
+                yield span
+        at = _first_anchor(lowered, rule.anchors, end)
 
 
 def _iter_findings(text: str) -> Iterator[Finding]:
-    lowered = text.lower()
+    # ASCII only: str.lower() can change the length (a dotted capital I becomes two code
+    # points), and offsets in the lowered copy must be the text's.
+    lowered = text.translate(_ASCII_LOWER)
     for rule in _RULES:
         if any(hint in lowered for hint in rule.hints):
-            for match in _matches(rule, text, lowered):
-                span = rule.extract(match)
-                if span is not None and span[1] > span[0]:
-                    yield Finding(span[0], span[1], rule.kind)
+            for start, end in _spans(rule, text, lowered):
+                # Already redacted (a PEM body, say): finding it again would make no change.
+                if end > start and text[start:end] != REDACTED:
+                    yield Finding(start, end, rule.kind)
+
+
+# --- Public API -----------------------------------------------------------------------------
 
 
 def find_secrets(text: str) -> list[Finding]:
