@@ -21,6 +21,7 @@ from django.utils import timezone
 from checkpoints.harnesses.base import Event, EventKind, Outcome
 from checkpoints.models import ContinuityConfig, HookDelivery, Session, Trigger
 from checkpoints.services.config import config_get
+from checkpoints.services.locks import write_serialized
 from checkpoints.services.projects import project_identify
 from checkpoints.services.recovery import injection_record, recovery_find, recovery_render
 from checkpoints.services.redaction import redact
@@ -37,6 +38,25 @@ PROMPT_KEEP_CHARS = 500
 REMEMBER_KEEP_CHARS = 1000
 SUMMARY_KEEP_CHARS = 20_000
 QUERY_TERMS = 8
+# The columns a prompt reads or writes. A checkpoint write loads the rest when it needs it.
+PROMPT_FIELDS = (
+    "id",
+    "owner_id",
+    "session_key",
+    "started_at",
+    "last_activity_at",
+    "prompt_count",
+    "recent_prompts",
+    "recent_queries",
+    "recent_remembers",
+    "last_checkpoint_at",
+    "last_checkpoint_prompt",
+    "checkpoint_pending_since",
+    "recovery_due",
+    "git_branch",
+    "project_normalized",
+    "previous_session_id",
+)
 REMEMBER_PREFIXES = ("/remember", "#")
 _WORD = re.compile(r"[\w./:-]{3,64}")
 _STOPWORD_TEXT = (
@@ -67,7 +87,7 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         return Outcome()
     facts = _transcript_facts(event)  # file I/O stays outside the transaction
     now = timezone.now()
-    with transaction.atomic():
+    with write_serialized(), transaction.atomic():
         if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
             return Outcome(duplicate=True)
         session = _session_lock(owner=owner, event=event, now=now)
@@ -105,8 +125,14 @@ def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:
 def _session_lock(*, owner: User, event: Event, now: datetime) -> Session:
     """The event's session row, locked for this transaction; created on first sight."""
     locked = Session.objects.select_for_update()
-    session = locked.filter(owner=owner, session_key=event.session_key).first()
-    if session is not None:
+    if event.kind is EventKind.PROMPT:  # the hot path reads (and writes back) only these
+        locked = locked.only(*PROMPT_FIELDS)
+    try:
+        session = locked.get(owner=owner, session_key=event.session_key)
+    except Session.DoesNotExist:
+        pass
+    else:
+        session.owner = owner  # already loaded: spares a query wherever it is used
         return session
     identity = project_identify(
         cwd=event.cwd, client_project=event.client_project, client_git_root=event.client_git_root
@@ -134,7 +160,7 @@ def _session_lock(*, owner: User, event: Event, now: datetime) -> Session:
                 transcript_path=event.transcript_path[:4096],
             )
     except IntegrityError:  # another worker created it first
-        return locked.get(owner=owner, session_key=event.session_key)
+        return Session.objects.select_for_update().get(owner=owner, session_key=event.session_key)
 
 
 def _push(items: list[str], item: str, limit: int) -> list[str]:
@@ -396,7 +422,7 @@ def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
     the row lock makes sure one pending mark yields one checkpoint.
     """
     config = config_get()
-    with transaction.atomic():
+    with write_serialized(), transaction.atomic():
         session = Session.objects.select_for_update().filter(pk=session_id).first()
         if session is None or session.checkpoint_pending_since is None:
             return False

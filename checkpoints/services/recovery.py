@@ -46,20 +46,20 @@ def recovery_find(
     this is what survives ``/compact``), the explicit predecessor's latest, then the latest of
     the same project within the recovery window. None when there is nothing to recover.
     """
-    own = Checkpoint.objects.filter(owner=owner, session_key=session.session_key).first()
+    own = Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key).first()
     if own is not None:
         return RecoveryMatch(own, "session")
     previous_key = previous_session_key or (
         session.previous_session.session_key if session.previous_session is not None else ""
     )
     if previous_key:
-        previous = Checkpoint.objects.filter(owner=owner, session_key=previous_key).first()
+        previous = Checkpoint.objects.filter(owner_id=owner.pk, session_key=previous_key).first()
         if previous is not None:
             return RecoveryMatch(previous, "lineage")
     if session.project_normalized:
         recent = (
             Checkpoint.objects.filter(
-                owner=owner,
+                owner_id=owner.pk,
                 project_normalized=session.project_normalized,
                 created_at__gte=now - config.recovery_window,
             )

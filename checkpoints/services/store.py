@@ -56,6 +56,8 @@ def checkpoint_write(
     The oldest checkpoints beyond ``max_checkpoints_per_session`` go in the same transaction.
     """
     content = content or CheckpointContent()
+    if session.get_deferred_fields():  # the hot path loaded only part of the row
+        session.refresh_from_db(fields=list(session.get_deferred_fields()))
     parent = (
         Checkpoint.objects.filter(session=session).order_by("-created_at", "-id").only("id").first()
     )

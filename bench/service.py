@@ -1,0 +1,91 @@
+"""Start the service the way ``make run`` does, for a benchmark, and stop it afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Running:
+    url: str
+    token: str
+    env: dict[str, str]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running_service(*, database_url: str = "", workers: int = 0) -> Iterator[Running]:
+    """``manage.py serve`` (gunicorn + django-q2) on a fresh data folder, with a token."""
+    data = tempfile.mkdtemp(prefix="signet-bench-")
+    port = free_port()
+    env = {
+        **os.environ,
+        "SIGNET_DATA_DIR": data,
+        "PORT": str(port),
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "SIGNET_THROTTLE_INGEST": "1000000/min",
+        "LOG_LEVEL": "WARNING",
+    }
+    env.pop("DATABASE_URL", None)
+    if database_url:
+        env["DATABASE_URL"] = database_url
+    if workers:
+        env["WEB_CONCURRENCY"] = str(workers)
+    python = sys.executable
+    subprocess.run(
+        [python, "manage.py", "migrate", "--noinput", "-v0"], cwd=PROJECT, env=env, check=True
+    )
+    made = subprocess.run(
+        [python, "manage.py", "create_token", "--user", "bench", "--scopes", "ingest,read"],
+        cwd=PROJECT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    token = made.stdout.strip().splitlines()[-1]
+    proc = subprocess.Popen(
+        [python, "manage.py", "serve"],
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:  # noqa: S310
+                    if json.load(response)["status"] == "ok":
+                        break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("the service did not start")
+        yield Running(url=url, token=token, env=env)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
