@@ -29,3 +29,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
 SIGNET_CONFIG_DEFAULTS = {**SIGNET_CONFIG_DEFAULTS, "debounce_seconds": 0.0}  # noqa: F405
 
 LOGGING["loggers"]["django-q"] = {"level": "WARNING"}  # noqa: F405
+
+# The transcripts the tests hand to PreCompact live with the fixtures.
+SIGNET_TRANSCRIPT_ROOTS = [str(Path(__file__).resolve().parent.parent / "tests" / "fixtures")]

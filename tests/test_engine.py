@@ -7,7 +7,12 @@ from django.utils import timezone
 
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
 from checkpoints.services.config import config_get, config_save
-from checkpoints.services.engine import checkpoints_flush_due, query_terms, remembered_text
+from checkpoints.services.engine import (
+    checkpoints_flush_due,
+    query_terms,
+    remembered_text,
+    transcript_readable,
+)
 from checkpoints.services.schedules import schedules_ensure
 from tests.hookutil import TRANSCRIPT, Clock, context_of, payload, send
 
@@ -323,3 +328,15 @@ def test_sweep_schedule_is_registered_idempotently():
     schedule = Schedule.objects.get()
     assert schedule.func == "checkpoints.tasks.checkpoints_sweep_task"
     assert schedule.minutes == 1
+
+
+def test_transcripts_are_read_only_below_the_configured_roots(hook, settings, tmp_path):
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_text(TRANSCRIPT.read_text())
+    send(hook, payload("pre_compact_auto", transcript_path=str(outside)))
+    assert Checkpoint.objects.get().current_task == ""  # not read: degraded to the row
+    assert not transcript_readable("/etc/passwd")
+    assert not transcript_readable(str(TRANSCRIPT.parent / ".." / "factories.py"))
+    assert transcript_readable(str(TRANSCRIPT))
+    settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
+    assert transcript_readable(str(outside))

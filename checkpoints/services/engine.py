@@ -9,11 +9,13 @@ so counts and checkpoint decisions are exact with any number of workers and host
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -35,6 +37,7 @@ MAX_PROMPTS = 10
 MAX_REMEMBERS = 10
 MAX_FILES = 50
 PROMPT_KEEP_CHARS = 500
+MESSAGE_KEEP_CHARS = 2000
 REMEMBER_KEEP_CHARS = 1000
 SUMMARY_KEEP_CHARS = 20_000
 QUERY_TERMS = 8
@@ -103,8 +106,22 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     return Outcome(context=step.context)
 
 
+def transcript_readable(path: str) -> bool:
+    """Whether ``path`` is a ``.jsonl`` file below one of ``SIGNET_TRANSCRIPT_ROOTS``."""
+    if not path.endswith(".jsonl") or "\x00" in path:
+        return False
+    real = os.path.realpath(path)
+    for root in settings.SIGNET_TRANSCRIPT_ROOTS:
+        base = os.path.realpath(os.path.expanduser(root))
+        if os.path.commonpath([real, base]) == base:
+            return True
+    return False
+
+
 def _transcript_facts(event: Event) -> TranscriptFacts | None:
     if event.kind is not EventKind.PRE_COMPACT or not event.transcript_path:
+        return None
+    if not transcript_readable(event.transcript_path):
         return None
     try:
         return read_transcript(event.transcript_path)
@@ -345,7 +362,9 @@ def _on_pre_compact(
         if facts.context_tokens is not None:
             session.context_tokens = facts.context_tokens
         if facts.last_assistant_message:
-            session.last_assistant_message = redact(facts.last_assistant_message[:2000])
+            session.last_assistant_message = redact(
+                facts.last_assistant_message[:MESSAGE_KEEP_CHARS]
+            )
     # The emergency checkpoint takes the latest state, so it also stands for any pending one.
     checkpoint_write(
         session=session, trigger=Trigger.PRE_COMPACTION, config=config, now=now, content=content
@@ -370,7 +389,7 @@ def _on_stop(
 ) -> _Step:
     _flush_if_due(session, config, now)
     if event.last_assistant_message:
-        session.last_assistant_message = redact(event.last_assistant_message[:2000])
+        session.last_assistant_message = redact(event.last_assistant_message[:MESSAGE_KEEP_CHARS])
     return _Step(newly_pending=_mark_if_due(session, config, now))
 
 
