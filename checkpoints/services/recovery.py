@@ -111,7 +111,10 @@ def _sections(checkpoint: Checkpoint) -> list[tuple[str, list[str]]]:
         ("Decisions", [f"- {_one_line(s)}" for s in checkpoint.decisions]),
         ("Open questions and blockers", [f"- {_one_line(s)}" for s in blockers + questions]),
         ("Modified files", [f"- {path}" for path in reversed(checkpoint.modified_files)]),
-        ("Recent prompts", [f"- {_one_line(p, 300)}" for p in reversed(checkpoint.recent_prompts)]),
+        (
+            "Recent prompts",
+            [f"- {_one_line(p, 300)}" for p in reversed(checkpoint.recent_prompts) if p != task],
+        ),
     ]
 
 
@@ -150,7 +153,7 @@ def recovery_render(
         HEADER,
         f"Recovered from a {checkpoint.get_trigger_display().lower()} checkpoint of {where} "
         f"(`{checkpoint.session_key}`), taken {_age(now - checkpoint.created_at)} "
-        f"after {checkpoint.prompt_count} prompts.",
+        f"after {checkpoint.prompt_count} prompt{'' if checkpoint.prompt_count == 1 else 's'}.",
     ]
     if current_branch and checkpoint.git_branch and current_branch != checkpoint.git_branch:
         head.append(
