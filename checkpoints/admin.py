@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -55,14 +56,14 @@ class SessionAdmin(admin.ModelAdmin[Session]):
     date_hierarchy = "last_activity_at"
     list_select_related = ["owner"]
     raw_id_fields = ["previous_session"]
-    readonly_fields = [
-        "recent_queries",
-        "recent_prompts",
-        "recent_remembers",
-        "modified_files",
-        "compact_summary",
-        "checkpoints_link",
-    ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None) -> list[str]:
+        # The engine owns every field: an admin form saving what it read at page load
+        # would overwrite counts the engine updated meanwhile. Sessions are read or deleted.
+        return [field.name for field in Session._meta.fields] + ["checkpoints_link"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
     @admin.display(boolean=True)
     def live(self, obj: Session) -> bool:
@@ -162,7 +163,8 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
         self, request: HttpRequest, obj: ContinuityConfig, form: Any, change: bool
     ) -> None:
         super().save_model(request, obj, form, change)
-        config_cache_clear()
+        # After the commit: a worker reading in between would cache the old row again.
+        transaction.on_commit(config_cache_clear)
 
     def response_change(self, request: HttpRequest, obj: ContinuityConfig) -> HttpResponse:
         messages.success(request, "Continuity settings saved; they apply to the next request.")

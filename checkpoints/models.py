@@ -91,9 +91,12 @@ class Session(models.Model):
     compaction_count = models.PositiveIntegerField(default=0)
     compact_summary = models.TextField(blank=True)
     last_assistant_message = models.TextField(blank=True)
-    # Set when the agent lost its context (compaction) or was first seen without a
+    # Set when the agent lost its context (compaction) or its first prompt came without a
     # SessionStart; the next event that can inject hands it the recovery context.
     recovery_due = models.BooleanField(default=False)
+    # Prompts, edits or notes arrived since the last checkpoint: only then is one worth
+    # writing (an idle session must not bury a good checkpoint under an empty one).
+    changed_since_checkpoint = models.BooleanField(default=False)
     context_tokens = models.PositiveIntegerField(null=True, blank=True)
     context_percent = models.FloatField(null=True, blank=True)
     ignored_event_count = models.PositiveIntegerField(default=0)

@@ -9,7 +9,11 @@ from django.utils import timezone
 
 from checkpoints.models import Session
 from checkpoints.services.config import config_get
-from checkpoints.services.engine import checkpoint_flush, checkpoints_flush_due
+from checkpoints.services.engine import (
+    checkpoint_flush,
+    checkpoints_flush_due,
+    hook_deliveries_prune,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,5 +53,8 @@ def checkpoint_flush_task(session_id: int) -> bool:
 
 
 def checkpoints_sweep_task() -> int:
-    """Scheduled every minute: write every pending checkpoint past its debounce."""
-    return checkpoints_flush_due()
+    """Scheduled every minute: write every pending checkpoint past its debounce, and
+    forget idempotency keys older than the retention period."""
+    written = checkpoints_flush_due()
+    hook_deliveries_prune(keep_days=config_get().retention_days)
+    return written

@@ -5,6 +5,7 @@ Kept apart from ``settings.py`` so they can be tested without re-importing setti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -21,6 +22,10 @@ def data_dir_from_env(base_dir: Path) -> Path:
     raw = os.environ.get("SIGNET_DATA_DIR") or str(base_dir / "var")
     path = Path(raw).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
+    # It holds the database (prompts, login sessions) and the secret key: owner only.
+    # (On a volume that is not ours to change, it stays as the operator set it.)
+    with contextlib.suppress(OSError):
+        path.chmod(0o700)
     return path
 
 

@@ -56,10 +56,15 @@ def test_defaults_come_from_the_environment_settings(settings):
     ) == (50, 75, 90)
 
 
-def test_a_saved_change_applies_to_the_next_read_without_restart(client, superuser):
+def test_a_saved_change_applies_to_the_next_read_without_restart(
+    client, superuser, django_capture_on_commit_callbacks
+):
     assert config_get().prompt_interval == 10  # now cached
     client.force_login(superuser)
-    response = client.post(CONFIG_CHANGE, config_form(prompt_interval=4, retention_days=30))
+    with django_capture_on_commit_callbacks(execute=True) as on_commit:
+        response = client.post(CONFIG_CHANGE, config_form(prompt_interval=4, retention_days=30))
+        assert config_get().prompt_interval == 10  # not before the change is committed
+    assert len(on_commit) == 1
     assert response.status_code == 302
     assert config_get().prompt_interval == 4
     assert config_get().retention_days == 30

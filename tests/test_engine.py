@@ -6,9 +6,10 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
-from checkpoints.services.config import config_get, config_save
+from checkpoints.services.config import config_cache_clear, config_get, config_save
 from checkpoints.services.engine import (
     checkpoints_flush_due,
+    hook_deliveries_prune,
     query_terms,
     remembered_text,
     transcript_readable,
@@ -39,6 +40,7 @@ def configure(**fields):
     for name, value in fields.items():
         setattr(config, name, value)
     config_save(config=config)
+    config_cache_clear()  # what the commit does; a test's transaction never commits
 
 
 def prompt(hook, text="Add rate limiting to POST /api/login", session=SESSION, **extra):
@@ -340,3 +342,101 @@ def test_transcripts_are_read_only_below_the_configured_roots(hook, settings, tm
     assert transcript_readable(str(TRANSCRIPT))
     settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
     assert transcript_readable(str(outside))
+
+
+def test_an_idle_session_does_not_bury_the_last_good_checkpoint(hook):
+    prompt(hook, "Ship the invoice export", session="a")
+    send(hook, payload("session_end", session_id="a"))
+    send(hook, payload("session_start_startup", session_id="b"))  # recovers a, then quits
+    send(hook, payload("session_end", session_id="b"))
+    assert not Checkpoint.objects.filter(session_key="b").exists()
+    context = context_of(send(hook, payload("session_start_startup", session_id="c")))
+    assert "Ship the invoice export" in context
+
+
+def test_session_end_after_compaction_keeps_the_transcripts_task(hook):
+    prompt(hook, "Add rate limiting to POST /api/login")
+    send(hook, payload("pre_compact_auto", transcript_path=str(TRANSCRIPT)))
+    send(hook, payload("post_compact_manual"))
+    send(hook, payload("session_start_compact"))
+    send(hook, payload("session_end"))  # nothing changed since the emergency checkpoint
+    assert Checkpoint.objects.count() == 1
+    send(hook, payload("post_tool_use_write"))  # an edit, no new prompt
+    send(hook, payload("session_end"))
+    final = Checkpoint.objects.filter(trigger=Trigger.SESSION_END).get()
+    assert final.current_task == "Continue: finish the Redis conversion and run the tests."
+    assert f"{PROJECT}/src/middleware/rateLimit.ts" in final.modified_files
+    assert Session.objects.get().modified_files[-1].endswith(".ts")
+
+
+def test_hostile_transcript_content_never_costs_the_checkpoint(hook, settings, tmp_path):
+    settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
+    path = tmp_path / "t.jsonl"
+    lines = [
+        '{"type":"user","isSidechain":false,"gitBranch":"ma\\u0000in",'
+        '"message":{"role":"user","content":"fix the \\ud800 bug \\u0000 now"}}',
+        '{"type":"assistant","isSidechain":false,"requestId":"r1","message":{"id":"m1",'
+        '"model":"m","role":"assistant","content":[{"type":"text","text":"ok \\udfff"}],'
+        '"usage":{"input_tokens":1000000000000000000000000000000,'
+        '"cache_read_input_tokens":0,"cache_creation_input_tokens":0}}}',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    response = send(hook, payload("pre_compact_auto", transcript_path=str(path)))
+    assert response.status_code == 200
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    assert "\x00" not in checkpoint.current_task
+    assert checkpoint.current_task.startswith("fix the ")
+    assert checkpoint.context_tokens == 2**31 - 1
+
+
+def test_a_first_prompt_without_session_start_gets_the_project_recovery(hook, clock):
+    prompt(hook, "Ship the invoice export", session="earlier")
+    send(hook, payload("session_end", session_id="earlier"))
+    clock.advance(minutes=30)
+    response = prompt(hook, "carry on", session="hookless")
+    assert "Ship the invoice export" in context_of(response)
+    assert context_of(prompt(hook, "next", session="hookless")) == ""
+
+
+def test_autonomous_work_gets_time_based_checkpoints(hook, clock):
+    configure(prompt_interval=100, time_interval_minutes=15)
+    prompt(hook, "Refactor the billing module on your own")
+    for minute in range(1, 81):
+        clock.advance(minutes=1)
+        send(hook, payload("post_tool_use_write", tool_input={"file_path": f"/w/f{minute}.py"}))
+    periodic = Checkpoint.objects.filter(trigger=Trigger.PERIODIC).count()
+    assert periodic == 5  # at 15, 30, 45, 60, 75 minutes (the next edit writes each)
+
+
+def test_periodic_slots_do_not_drift_when_the_write_is_late(hook, clock):
+    configure(prompt_interval=10, debounce_seconds=30)
+    for number in range(1, 13):  # due at 10; 11 and 12 arrive inside the debounce
+        prompt(hook, f"p{number}")
+    clock.advance(seconds=31)
+    for number in range(13, 20):
+        prompt(hook, f"p{number}")  # 13 writes the pending one (state at 12)
+    session = Session.objects.get()
+    assert Checkpoint.objects.get().prompt_count == 12
+    assert session.checkpoint_pending_since is None
+    prompt(hook, "p20")
+    session.refresh_from_db()
+    assert session.checkpoint_pending_since is not None  # due at 20, not at 22
+
+
+def test_a_huge_prompt_is_redacted_before_it_is_cut(hook):
+    secret = "AKIA" + "Q3EGSMTLNYWXJ5PV"
+    text = "x" * 490 + " " + secret + " " + "y" * 900_000
+    response = prompt(hook, text)
+    assert response.status_code == 200
+    kept = Session.objects.get().recent_prompts[-1]
+    assert len(kept) == 500
+    assert "AKIAQ3EG" not in kept
+    assert kept.endswith(" [REDACTED")  # the marker itself is what the cut falls in
+
+
+def test_stale_idempotency_keys_are_pruned(hook, clock):
+    send(hook, payload("user_prompt_submit"), **{"Idempotency-Key": "old"})
+    clock.advance(days=8)
+    send(hook, payload("user_prompt_submit"), **{"Idempotency-Key": "new"})
+    assert hook_deliveries_prune(keep_days=7) == 1
+    assert list(HookDelivery.objects.values_list("key", flat=True)) == ["new"]

@@ -15,7 +15,7 @@ WHOAMI = "/api/whoami/"
 
 @pytest.fixture
 def clock(monkeypatch):
-    now = [1_000_000.0]
+    now = [1_000_020.0]  # the start of a one-minute window
     monkeypatch.setattr(TokenScopeThrottle, "timer", lambda self: now[0])
     return now
 

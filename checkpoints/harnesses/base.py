@@ -7,6 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+def clean_text(value: str) -> str:
+    """Drop NULs and lone surrogates: valid JSON can carry both, no database column can."""
+    if "\x00" in value:
+        value = value.replace("\x00", "")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
 class EventKind(enum.StrEnum):
     SESSION_START = "session_start"
     PROMPT = "prompt"

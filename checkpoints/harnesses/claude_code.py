@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoints.harnesses.base import Event, EventKind, Outcome, PayloadError
+from checkpoints.harnesses.base import Event, EventKind, Outcome, PayloadError, clean_text
 
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 KINDS = {
@@ -25,17 +25,6 @@ KINDS = {
 }
 CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "UserPromptSubmit"}
 MAX_KEY_CHARS = 255
-
-
-def clean_text(value: str) -> str:
-    """Drop NULs and lone surrogates: valid JSON can carry both, no database column can."""
-    if "\x00" in value:
-        value = value.replace("\x00", "")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        value = value.encode("utf-8", "replace").decode("utf-8")
-    return value
 
 
 def _text(payload: dict[str, Any], key: str, *, required: bool = False) -> str:

@@ -50,7 +50,8 @@ def config_save(*, config: ContinuityConfig) -> ContinuityConfig:
     config.pk = ContinuityConfig.SINGLETON_ID
     config.full_clean()
     config.save()
-    config_cache_clear()
+    # After the commit: a worker reading in between would cache the old row again.
+    transaction.on_commit(config_cache_clear)
     return config
 
 

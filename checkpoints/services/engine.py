@@ -8,10 +8,11 @@ so counts and checkpoint decisions are exact with any number of workers and host
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,13 +21,13 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from checkpoints.harnesses.base import Event, EventKind, Outcome
+from checkpoints.harnesses.base import Event, EventKind, Outcome, clean_text
 from checkpoints.models import ContinuityConfig, HookDelivery, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.projects import project_identify
 from checkpoints.services.recovery import injection_record, recovery_find, recovery_render
-from checkpoints.services.redaction import redact
+from checkpoints.services.redaction import redact_clip
 from checkpoints.services.store import CheckpointContent, checkpoint_write
 from checkpoints.transcripts.claude_code import TranscriptFacts, read_transcript
 
@@ -40,6 +41,8 @@ PROMPT_KEEP_CHARS = 500
 MESSAGE_KEEP_CHARS = 2000
 REMEMBER_KEEP_CHARS = 1000
 SUMMARY_KEEP_CHARS = 20_000
+PATH_KEEP_CHARS = 1024
+MAX_TOKENS = 2**31 - 1  # the column's range on PostgreSQL
 QUERY_TERMS = 8
 # The columns a prompt reads or writes. A checkpoint write loads the rest when it needs it.
 PROMPT_FIELDS = (
@@ -56,6 +59,7 @@ PROMPT_FIELDS = (
     "last_checkpoint_prompt",
     "checkpoint_pending_since",
     "recovery_due",
+    "changed_since_checkpoint",
     "git_branch",
     "project_normalized",
     "previous_session_id",
@@ -88,7 +92,9 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     config = config_get()
     if not config.enabled:
         return Outcome()
-    facts = _transcript_facts(event)  # file I/O stays outside the transaction
+    # Redaction and file I/O happen before the lock: writers queue on it.
+    event = _event_prepare(event)
+    content = _facts_content(_transcript_facts(event))
     now = timezone.now()
     with write_serialized(), transaction.atomic():
         if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
@@ -97,7 +103,7 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         # Read the clock again once the row is ours: a mark another worker made while we
         # waited for the lock must not look like it lies in our future.
         now = max(now, timezone.now())
-        step = HANDLERS[event.kind](session, event, config, now, facts)
+        step = HANDLERS[event.kind](session, event, config, now, content)
         session.last_activity_at = now
         session.save()
         if step.newly_pending:
@@ -128,6 +134,46 @@ def _transcript_facts(event: Event) -> TranscriptFacts | None:
     except Exception:  # a reader bug must never cost the harness its checkpoint
         logger.exception("transcript read failed: %s", event.transcript_path)
         return None
+
+
+def _event_prepare(event: Event) -> Event:
+    """The event with every text it carries redacted and cut to what is kept."""
+    return dataclasses.replace(
+        event,
+        prompt=redact_clip(event.prompt.strip(), REMEMBER_KEEP_CHARS),
+        remember=redact_clip(event.remember.strip(), REMEMBER_KEEP_CHARS),
+        compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),
+        last_assistant_message=redact_clip(event.last_assistant_message, MESSAGE_KEEP_CHARS),
+        files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
+    )
+
+
+def _facts_content(facts: TranscriptFacts | None) -> CheckpointContent | None:
+    """Transcript facts as checkpoint content: cleaned for the database, redacted, bounded.
+
+    A transcript is the client's file: it may hold NULs, lone surrogates or absurd numbers,
+    none of which may cost the harness its emergency checkpoint.
+    """
+    if facts is None:
+        return None
+
+    def text(value: str, limit: int) -> str:
+        return redact_clip(clean_text(value), limit)
+
+    tokens = facts.context_tokens
+    return CheckpointContent(
+        current_task=text(facts.current_task, MESSAGE_KEEP_CHARS),
+        next_steps=[
+            text(item.content, PROMPT_KEEP_CHARS)
+            for item in facts.todos
+            if item.status == "pending"
+        ],
+        modified_files=[text(path, PATH_KEEP_CHARS) for path in facts.modified_files],
+        recent_prompts=[text(prompt, PROMPT_KEEP_CHARS) for prompt in facts.recent_prompts],
+        last_assistant_message=text(facts.last_assistant_message, MESSAGE_KEEP_CHARS),
+        git_branch=clean_text(facts.git_branch)[:255],
+        context_tokens=None if tokens is None else max(0, min(tokens, MAX_TOKENS)),
+    )
 
 
 def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:
@@ -175,6 +221,9 @@ def _session_lock(*, owner: User, event: Event, now: datetime) -> Session:
                 git_branch=event.git_branch[:255],
                 git_head=event.git_head[:64],
                 transcript_path=event.transcript_path[:4096],
+                # A first prompt with no SessionStart before it: that hook did not get through
+                # (or is not installed), so this prompt carries the recovery context.
+                recovery_due=event.kind is EventKind.PROMPT,
             )
     except IntegrityError:  # another worker created it first
         return Session.objects.select_for_update().get(owner=owner, session_key=event.session_key)
@@ -199,17 +248,17 @@ def _flush_now(session: Session, config: ContinuityConfig, now: datetime) -> Non
 def _mark_if_due(session: Session, config: ContinuityConfig, now: datetime) -> bool:
     """Mark a periodic checkpoint pending when one is due; True when this call marked it.
 
-    Marking claims the slot (prompt count and time), so the next one falls due a full
-    interval later however late the write happens. While one is pending, further due points
-    merge into it: the write takes the session's latest state.
+    Due: something changed since the last checkpoint, and ``prompt_interval`` prompts or
+    ``time_interval`` have passed since the last claimed slot. Marking claims the slot
+    (prompt count and time), so the next one falls due a full interval later however late
+    the write happens. While one is pending, further due points merge into it: the write
+    takes the session's latest state.
     """
-    if session.checkpoint_pending_since is not None:
+    if session.checkpoint_pending_since is not None or not session.changed_since_checkpoint:
         return False
     since_prompts = session.prompt_count - session.last_checkpoint_prompt
     since_time = now - (session.last_checkpoint_at or session.started_at)
     if since_prompts < config.prompt_interval and since_time < config.time_interval:
-        return False
-    if since_prompts == 0:  # nothing happened since the last checkpoint but the clock
         return False
     session.checkpoint_pending_since = now
     session.last_checkpoint_prompt = session.prompt_count
@@ -264,6 +313,10 @@ def _recovery_context(
     return context.text
 
 
+# Handlers run inside the event's transaction with the session row locked. Every text in
+# ``event`` and ``content`` is already redacted and cut to size (``_event_prepare``).
+
+
 def _on_session_start(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
@@ -291,18 +344,15 @@ def _on_prompt(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
     _flush_if_due(session, config, now)
-    # Everything kept is derived from the redacted prompt, so no secret survives in a term.
-    text = redact(event.prompt.strip())
+    text = event.prompt  # redacted before anything is derived from it
     session.prompt_count += 1
+    session.changed_since_checkpoint = True
     if text:
-        session.recent_prompts = _push(
-            session.recent_prompts, text[:PROMPT_KEEP_CHARS], MAX_PROMPTS
-        )
+        kept = text[:PROMPT_KEEP_CHARS]
+        session.recent_prompts = _push(session.recent_prompts, kept, MAX_PROMPTS)
         remembered = remembered_text(text)
         if remembered:
-            session.recent_remembers = _push(
-                session.recent_remembers, remembered[:REMEMBER_KEEP_CHARS], MAX_REMEMBERS
-            )
+            session.recent_remembers = _push(session.recent_remembers, remembered, MAX_REMEMBERS)
         terms = query_terms(text)
         if terms:
             session.recent_queries = _push(session.recent_queries, terms, MAX_QUERIES)
@@ -313,17 +363,22 @@ def _on_prompt(
     return step
 
 
+def _add_files(session: Session, paths: Iterable[str]) -> None:
+    files = list(session.modified_files)
+    for path in paths:
+        if path in files:
+            files.remove(path)
+        files.append(path)
+    session.modified_files = files[-MAX_FILES:]
+
+
 def _on_tool_use(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
     _flush_if_due(session, config, now)
-    files = list(session.modified_files)
-    for path in event.files:
-        clean = redact(path[:1024])
-        if clean in files:
-            files.remove(clean)
-        files.append(clean)
-    session.modified_files = files[-MAX_FILES:]
+    if event.files:
+        _add_files(session, event.files)
+        session.changed_since_checkpoint = True
     return _Step(newly_pending=_mark_if_due(session, config, now))
 
 
@@ -331,11 +386,9 @@ def _on_remember(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
     _flush_if_due(session, config, now)
-    note = event.remember.strip()
-    if note:
-        session.recent_remembers = _push(
-            session.recent_remembers, redact(note[:REMEMBER_KEEP_CHARS]), MAX_REMEMBERS
-        )
+    if event.remember:
+        session.recent_remembers = _push(session.recent_remembers, event.remember, MAX_REMEMBERS)
+        session.changed_since_checkpoint = True
     return _Step()
 
 
@@ -344,27 +397,16 @@ def _on_pre_compact(
     event: Event,
     config: ContinuityConfig,
     now: datetime,
-    facts: TranscriptFacts | None,
+    content: CheckpointContent | None,
 ) -> _Step:
-    content = CheckpointContent()
-    if facts is not None:
-        content = CheckpointContent(
-            current_task=facts.current_task,
-            next_steps=[item.content for item in facts.todos if item.status == "pending"],
-            modified_files=list(facts.modified_files),
-            recent_prompts=[redact(p[:PROMPT_KEEP_CHARS]) for p in facts.recent_prompts],
-            last_assistant_message=facts.last_assistant_message,
-            git_branch=facts.git_branch,
-            context_tokens=facts.context_tokens,
-        )
-        if facts.git_branch:
-            session.git_branch = facts.git_branch[:255]
-        if facts.context_tokens is not None:
-            session.context_tokens = facts.context_tokens
-        if facts.last_assistant_message:
-            session.last_assistant_message = redact(
-                facts.last_assistant_message[:MESSAGE_KEEP_CHARS]
-            )
+    if content is not None:
+        _add_files(session, content.modified_files)
+        if content.git_branch:
+            session.git_branch = content.git_branch
+        if content.context_tokens is not None:
+            session.context_tokens = content.context_tokens
+        if content.last_assistant_message:
+            session.last_assistant_message = content.last_assistant_message
     # The emergency checkpoint takes the latest state, so it also stands for any pending one.
     checkpoint_write(
         session=session, trigger=Trigger.PRE_COMPACTION, config=config, now=now, content=content
@@ -379,7 +421,7 @@ def _on_post_compact(
 ) -> _Step:
     _flush_if_due(session, config, now)
     if event.compact_summary:
-        session.compact_summary = redact(event.compact_summary[:SUMMARY_KEEP_CHARS])
+        session.compact_summary = event.compact_summary
     session.recovery_due = True
     return _Step()
 
@@ -389,16 +431,14 @@ def _on_stop(
 ) -> _Step:
     _flush_if_due(session, config, now)
     if event.last_assistant_message:
-        session.last_assistant_message = redact(event.last_assistant_message[:MESSAGE_KEEP_CHARS])
+        session.last_assistant_message = event.last_assistant_message
     return _Step(newly_pending=_mark_if_due(session, config, now))
 
 
 def _on_session_end(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    latest = session.checkpoints.order_by("-created_at").only("created_at").first()
-    active = latest is None or session.last_activity_at > latest.created_at
-    if event.source != "clear" and (active or session.checkpoint_pending_since is not None):
+    if event.source != "clear" and session.changed_since_checkpoint:
         checkpoint_write(session=session, trigger=Trigger.SESSION_END, config=config, now=now)
     else:
         _flush_now(session, config, now)
@@ -414,7 +454,7 @@ def _on_unknown(
     return _Step()
 
 
-Handler = Callable[[Session, Event, ContinuityConfig, datetime, "TranscriptFacts | None"], _Step]
+Handler = Callable[[Session, Event, ContinuityConfig, datetime, "CheckpointContent | None"], _Step]
 HANDLERS: dict[EventKind, Handler] = {
     EventKind.SESSION_START: _on_session_start,
     EventKind.PROMPT: _on_prompt,
@@ -464,3 +504,10 @@ def checkpoints_flush_due(*, now: datetime | None = None, limit: int = 500) -> i
         .values_list("pk", flat=True)[:limit]
     )
     return sum(checkpoint_flush(session_id=pk, now=now) for pk in ids)
+
+
+def hook_deliveries_prune(*, now: datetime | None = None, keep_days: int = 7) -> int:
+    """Forget idempotency keys older than ``keep_days``: no client replays that late."""
+    cutoff = (now or timezone.now()) - timedelta(days=keep_days)
+    deleted, _ = HookDelivery.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from urllib.parse import quote
 
 from django.contrib.auth.models import User
 
@@ -20,6 +21,7 @@ from checkpoints.services.redaction import redact
 
 HEADER = "## Session Recovery Context"
 MIN_TASK_CHARS = 60
+KEY_SHOWN_CHARS = 40  # session keys can be 255 characters; the header must stay short
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ def _sections(checkpoint: Checkpoint) -> list[tuple[str, list[str]]]:
 def _footer(checkpoint: Checkpoint, omitted: list[str]) -> str:
     return (
         f"_Omitted for space: {', '.join(omitted)}. Full checkpoint: "
-        f"GET /api/checkpoints/{checkpoint.session_key}/latest/ or MCP `session_recall`._"
+        f"GET /api/checkpoints/{quote(checkpoint.session_key[: KEY_SHOWN_CHARS * 2])}/latest/ "
+        "or MCP `session_recall`._"
     )
 
 
@@ -152,7 +155,8 @@ def recovery_render(
     head = [
         HEADER,
         f"Recovered from a {checkpoint.get_trigger_display().lower()} checkpoint of {where} "
-        f"(`{checkpoint.session_key}`), taken {_age(now - checkpoint.created_at)} "
+        f"(`{_shorten(checkpoint.session_key, KEY_SHOWN_CHARS)}`), "
+        f"taken {_age(now - checkpoint.created_at)} "
         f"after {checkpoint.prompt_count} prompt{'' if checkpoint.prompt_count == 1 else 's'}.",
     ]
     if current_branch and checkpoint.git_branch and current_branch != checkpoint.git_branch:

@@ -631,6 +631,16 @@ _SECRET_KEY_RE = re.compile(
 )
 
 
+def redact_clip(text: str, limit: int) -> str:
+    """Redact, then cut to ``limit`` characters.
+
+    Cutting first could leave the head of a secret that no pattern recognises any more;
+    redacting a whole megabyte to keep 500 characters would be waste. So the text is cut
+    generously first, redacted, and then cut to size.
+    """
+    return redact(text[: limit * 4 + 256])[:limit]
+
+
 def redact_data(value: Any) -> Any:
     """Redact every string inside dicts, lists, tuples and sets; return new containers.
 

@@ -4,12 +4,13 @@ redacted, linked to the previous checkpoint, and the per-session cap enforced.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
-from checkpoints.services.redaction import redact, redact_data
+from checkpoints.services.redaction import redact, redact_clip, redact_data
 
 MAX_LIST_ITEMS = 50
 MAX_ITEM_CHARS = 2000
@@ -41,6 +42,28 @@ def _merge_unique(first: Sequence[str], then: Sequence[str], limit: int) -> list
     return list(seen)[-limit:]
 
 
+CARRIED_FIELDS = ("decisions", "open_questions", "blockers")  # stand until replaced
+CARRIED_WHILE_IDLE = ("current_task", "next_steps")  # stand while no new prompt came
+
+
+def _carried(parent: Checkpoint | None, session: Session, content: CheckpointContent) -> None:
+    """Fill what ``content`` lacks from the previous checkpoint, where it still holds.
+
+    A session-end checkpoint right after a pre-compaction one must not lose the task the
+    transcript gave; a task is stale, though, once the user has asked for something new.
+    """
+    if parent is None:
+        return
+    for name in CARRIED_FIELDS:
+        if not getattr(content, name):
+            setattr(content, name, list(getattr(parent, name)))
+    if parent.prompt_count == session.prompt_count:
+        if not content.current_task:
+            content.current_task = parent.current_task
+        if not content.next_steps:
+            content.next_steps = list(parent.next_steps)
+
+
 def checkpoint_write(
     *,
     session: Session,
@@ -54,13 +77,18 @@ def checkpoint_write(
     The caller holds the session row (locked) and saves it afterwards: this updates its
     checkpoint bookkeeping in memory. Whatever was pending is consumed by this checkpoint.
     The oldest checkpoints beyond ``max_checkpoints_per_session`` go in the same transaction.
+    Every text is redacted here, whatever the caller did.
     """
-    content = content or CheckpointContent()
+    content = dataclasses.replace(content) if content else CheckpointContent()
     if session.get_deferred_fields():  # the hot path loaded only part of the row
         session.refresh_from_db(fields=list(session.get_deferred_fields()))
     parent = (
-        Checkpoint.objects.filter(session=session).order_by("-created_at", "-id").only("id").first()
+        Checkpoint.objects.filter(session=session)
+        .order_by("-created_at", "-id")
+        .only("id", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
+        .first()
     )
+    _carried(parent, session, content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)
     prompts = content.recent_prompts or list(session.recent_prompts)
     checkpoint = Checkpoint(
@@ -71,7 +99,7 @@ def checkpoint_write(
         harness=session.harness,
         trigger=trigger,
         parent=parent,
-        current_task=redact(content.current_task[:MAX_ITEM_CHARS]),
+        current_task=redact_clip(content.current_task, MAX_ITEM_CHARS),
         decisions=redact_data(content.decisions[:MAX_LIST_ITEMS]),
         open_questions=redact_data(content.open_questions[:MAX_LIST_ITEMS]),
         blockers=redact_data(content.blockers[:MAX_LIST_ITEMS]),
@@ -80,8 +108,8 @@ def checkpoint_write(
         recent_prompts=redact_data(prompts),
         memory_queries=redact_data(list(session.recent_queries)),
         recent_remembers=redact_data(list(session.recent_remembers)),
-        last_assistant_message=redact(
-            (content.last_assistant_message or session.last_assistant_message)[:MAX_ITEM_CHARS]
+        last_assistant_message=redact_clip(
+            content.last_assistant_message or session.last_assistant_message, MAX_ITEM_CHARS
         ),
         git_branch=content.git_branch or session.git_branch,
         git_head=session.git_head,
@@ -97,9 +125,13 @@ def checkpoint_write(
     )  # fmt: skip
     checkpoint.save(force_insert=True)
     _enforce_cap(session=session, keep=config.max_checkpoints_per_session)
-    session.last_checkpoint_at = now
-    session.last_checkpoint_prompt = session.prompt_count
+    if trigger != Trigger.PERIODIC:
+        # A periodic checkpoint's slot was claimed when it was marked; any other checkpoint
+        # starts the periodic count afresh.
+        session.last_checkpoint_at = now
+        session.last_checkpoint_prompt = session.prompt_count
     session.checkpoint_pending_since = None
+    session.changed_since_checkpoint = False
     return checkpoint
 
 

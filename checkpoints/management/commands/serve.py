@@ -8,6 +8,7 @@ other is stopped too and the command exits with an error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,57 +57,61 @@ class Command(BaseCommand):
         schedules_ensure()
         login = admin_login_from_env()
 
-        project_dir = Path(settings.BASE_DIR)
-        web = subprocess.Popen(  # noqa: S603 (fixed argv, no shell)
-            [
-                sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",
-                "--bind", f"{host}:{port}",
-                "--workers", str(workers),
-                "--timeout", "30",
-                "--graceful-timeout", "10",
-                "--access-logfile", "-",
-                "--no-control-socket",
-            ],
-            cwd=project_dir,
-            start_new_session=True,
-        )  # fmt: skip
-        children = {"web server": web}
-        if not options["no_scheduler"]:
-            children["scheduler"] = subprocess.Popen(
-                [sys.executable, "manage.py", "qcluster"], cwd=project_dir, start_new_session=True
-            )
-
         stopping = False
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
             nonlocal stopping
             stopping = True
 
-        signal.signal(signal.SIGINT, request_stop)
-        signal.signal(signal.SIGTERM, request_stop)
+        # Before the children exist: a signal in between must not orphan them.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, request_stop)
 
-        display_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
-        base_url = f"http://{display_host}:{port}"
-        if self._wait_ready(f"{base_url}/healthz", children.values(), lambda: stopping):
-            self.stdout.write(
-                self.style.SUCCESS(f"\nSignet Continuity is running: {base_url}/\n")
-                + f"  admin:     {base_url}/admin/\n"
-                + f"  {describe_login(login)}\n"
-                + f"  health:    {base_url}/healthz\n"
-                + "  scheduler: "
-                + ("off" if options["no_scheduler"] else "django-q2 cluster running")
-                + "\nPress Ctrl-C to stop.\n"
-            )
+        project_dir = Path(settings.BASE_DIR)
+        children: dict[str, subprocess.Popen[bytes]] = {}
         code = 0
-        while not stopping:
-            exited = [name for name, child in children.items() if child.poll() is not None]
-            if exited:
-                returncode = children[exited[0]].returncode
-                code = returncode or 1
-                self.stderr.write(f"The {exited[0]} exited (code {returncode}); stopping.")
-                break
-            time.sleep(0.2)
-        self._stop(list(children.values()))
+        try:
+            children["web server"] = subprocess.Popen(  # noqa: S603 (fixed argv, no shell)
+                [
+                    sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",
+                    "--bind", f"{host}:{port}",
+                    "--workers", str(workers),
+                    "--timeout", "30",
+                    "--graceful-timeout", "10",
+                    "--access-logfile", "-",
+                    "--no-control-socket",
+                ],
+                cwd=project_dir,
+                start_new_session=True,
+            )  # fmt: skip
+            if not options["no_scheduler"]:
+                children["scheduler"] = subprocess.Popen(
+                    [sys.executable, "manage.py", "qcluster"],
+                    cwd=project_dir,
+                    start_new_session=True,
+                )
+            display_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+            base_url = f"http://{display_host}:{port}"
+            if self._wait_ready(f"{base_url}/healthz", children.values(), lambda: stopping):
+                self.stdout.write(
+                    self.style.SUCCESS(f"\nSignet Continuity is running: {base_url}/\n")
+                    + f"  admin:     {base_url}/admin/\n"
+                    + f"  {describe_login(login)}\n"
+                    + f"  health:    {base_url}/healthz\n"
+                    + "  scheduler: "
+                    + ("off" if options["no_scheduler"] else "django-q2 cluster running")
+                    + "\nPress Ctrl-C to stop.\n"
+                )
+            while not stopping:
+                exited = [name for name, child in children.items() if child.poll() is not None]
+                if exited:
+                    returncode = children[exited[0]].returncode
+                    code = returncode or 1
+                    self.stderr.write(f"The {exited[0]} exited (code {returncode}); stopping.")
+                    break
+                time.sleep(0.2)
+        finally:
+            self._stop(list(children.values()))
         if code:
             raise CommandError("a child process stopped; the service is down", returncode=code)
         self.stdout.write("Stopped.")
@@ -138,5 +143,6 @@ class Command(BaseCommand):
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
