@@ -64,7 +64,7 @@ def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
     failures: list[str] = []
 
     def post(payload: dict[str, str]) -> None:
-        request = urllib.request.Request(  # noqa: S310
+        request = urllib.request.Request(
             url,
             data=json.dumps(payload).encode(),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
@@ -84,7 +84,7 @@ def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)  # noqa: S310
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 break
             except OSError:
                 time.sleep(0.3)
