@@ -6,15 +6,29 @@ foreign hook and setting in place, is idempotent (a second run changes no byte a
 second backup) and replaces Signet's own entries, found by their URL path or script name.
 Only the ``$NAME`` of the token's environment variable is written, never its value.
 
+The SessionStart command runs at every session start, so it is written for a fast start:
+
+- a real interpreter by its absolute path: a ``python3`` found on PATH may be a version
+  manager's shell-script shim, slower than the whole request;
+- ``-S`` (no site-packages: the hook is stdlib-only) and ``-I`` (no ``PYTHON*`` variables, no
+  current directory on ``sys.path``: the agent's project cannot stand in for a module);
+- the hook imported as a module (``HOOK_BOOTSTRAP``) rather than run as a script: a script is
+  compiled on every run, a third of the hook's time, while a module's bytecode is cached in
+  ``__pycache__`` (written here, and checked against the source by Python at each import).
+
 Standard library only, so it can also run outside the Django project.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import py_compile
 import re
 import shlex
+import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +43,14 @@ HOOK_SCRIPT = Path(__file__).resolve().with_name("signet_hook.py")
 
 CLAUDE_CODE_PATH = "/api/hooks/claude-code/"
 SCRIPT_NAME = "signet_hook.py"
+# The command when no real interpreter can be named: whatever the shell finds then.
+FALLBACK_INTERPRETER = "python3"
+# Run with the hook's path as its first argument, which it takes off argv: the hook then
+# sees the same argv as when run as a script.
+HOOK_BOOTSTRAP = (
+    f'import sys; sys.path.insert(0, sys.argv.pop(1).rpartition("{SCRIPT_NAME}")[0]); '
+    "import signet_hook; signet_hook.cli()"
+)
 
 # (event, matcher or None for "every", timeout in seconds). Prompt and tool hooks sit on the
 # agent's hot path and SessionEnd shares a small budget: short. PreCompact writes the
@@ -60,6 +82,7 @@ class InstallResult:
     backup_path: Path | None = None
     installed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    interpreter: str = ""
 
 
 def validate_url(url: str) -> str:
@@ -77,19 +100,52 @@ def validate_token_env(name: str) -> str:
     return name
 
 
+def default_interpreter() -> str:
+    """The real binary behind this interpreter, or ``python3`` if there is none to name.
+
+    Resolving symlinks turns a virtualenv's ``python`` into its base interpreter, which runs
+    the stdlib-only hook with ``-S`` just as well, and a shim's target into the binary.
+    """
+    if sys.executable:
+        real = os.path.realpath(sys.executable)
+        if os.path.isfile(real) and os.access(real, os.X_OK):
+            return real
+    return FALLBACK_INTERPRETER
+
+
+def validate_interpreter(interpreter: str) -> str:
+    """An interpreter the shell can run: a command name on PATH or an executable's path."""
+    if not interpreter or shutil.which(interpreter) is None:
+        raise InstallError(f"{interpreter!r} is not an executable (a Python 3.9+ interpreter)")
+    return interpreter
+
+
+def precompile_hook(hook_script: Path = HOOK_SCRIPT) -> None:
+    """Cache the hook's bytecode for this interpreter, if its folder can be written.
+
+    Done here as well as by the hook's first import, which cannot write it where the folder
+    is read-only for the agent. Without it, the hook still runs, compiled on every start.
+    """
+    with contextlib.suppress(OSError, py_compile.PyCompileError):
+        py_compile.compile(str(hook_script), doraise=True)
+
+
 def _double_quoted(text: str) -> str:
     # Inside "..." the shell still expands these four; escaped, the path is taken verbatim.
     return '"' + re.sub(r'(["\\$`])', r"\\\1", text) + '"'
 
 
 def claude_code_entries(
-    *, url: str, token_env: str, hook_script: Path
+    *, url: str, token_env: str, hook_script: Path, interpreter: str = FALLBACK_INTERPRETER
 ) -> list[tuple[str, str | None, dict[str, Any]]]:
     """Signet's hooks for Claude Code as ``(event, matcher, handler)``, in settings order."""
+    if hook_script.name != SCRIPT_NAME:
+        raise InstallError(f"the hook script must be named {SCRIPT_NAME}, not {hook_script.name}")
     start_event, start_matcher, start_timeout = CLAUDE_CODE_COMMAND_EVENT
+    python = interpreter if interpreter == FALLBACK_INTERPRETER else _double_quoted(interpreter)
     command = (
-        f"python3 {_double_quoted(str(hook_script))} --url {shlex.quote(url)} "
-        f"--token-env {token_env} claude-code"
+        f"{python} -I -S -c {shlex.quote(HOOK_BOOTSTRAP)} {_double_quoted(str(hook_script))} "
+        f"--url {shlex.quote(url)} --token-env {token_env} claude-code"
     )
     entries: list[tuple[str, str | None, dict[str, Any]]] = [
         (
@@ -235,15 +291,23 @@ def install_claude_code(
     url: str = DEFAULT_URL,
     token_env: str = DEFAULT_TOKEN_ENV,
     hook_script: Path = HOOK_SCRIPT,
+    interpreter: str | None = None,
 ) -> InstallResult:
-    """Merge Signet's Claude Code hooks into ``settings_path`` (created if missing)."""
+    """Merge Signet's Claude Code hooks into ``settings_path`` (created if missing).
+
+    ``interpreter`` runs the SessionStart command hook, written as given; by default the
+    real binary behind the interpreter running this (see ``default_interpreter``).
+    """
     url = validate_url(url)
     token_env = validate_token_env(token_env)
+    python = default_interpreter() if interpreter is None else validate_interpreter(interpreter)
     path = _target(settings_path)
     settings, raw = _load(path)
     hooks: dict[str, Any] = settings.setdefault("hooks", {})
     positions = _remove_signet(hooks)
-    wanted = claude_code_entries(url=url, token_env=token_env, hook_script=hook_script)
+    wanted = claude_code_entries(
+        url=url, token_env=token_env, hook_script=hook_script, interpreter=python
+    )
     for event, matcher, handler in wanted:
         group: dict[str, Any] = {"matcher": matcher} if matcher is not None else {}
         group["hooks"] = [handler]
@@ -257,6 +321,8 @@ def install_claude_code(
     result = _save(path, settings, raw)
     result.installed = [event for event, _, _ in wanted]
     result.removed = sorted(positions)
+    result.interpreter = python
+    precompile_hook(hook_script)
     return result
 
 

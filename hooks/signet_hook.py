@@ -3,8 +3,11 @@
 
 Usage (Claude Code runs it as a ``command`` hook, the payload JSON on stdin)::
 
-    python3 hooks/signet_hook.py [--url URL] [--token-env NAME] [--timeout SECONDS]
-                                 [--outbox PATH] claude-code
+    python3 -S hooks/signet_hook.py [--url URL] [--token-env NAME] [--timeout SECONDS]
+                                    [--outbox PATH] claude-code
+
+(The installer writes it as an import of this module, through ``cli()``, so that its cached
+bytecode is used: see ``hooks/install.py``.)
 
 It POSTs the payload to ``{url}/api/hooks/{harness}/`` with the bearer token read from the
 environment variable named by ``--token-env``, and prints the server's JSON reply (what the
@@ -15,32 +18,30 @@ code is 0, stdout holds a JSON object or nothing, and stderr at most one short l
 Events that could not be delivered go to an outbox (one JSON line each) and are replayed,
 with their original idempotency key, after the next successful delivery.
 
-Standard library only and Python 3.9+: it runs with whatever ``python3`` the machine has.
+Standard library only and Python 3.9+: it runs with whatever interpreter the machine has
+(the installer names a real one by its absolute path, with ``-S``: no site-packages needed).
+
+It runs before every session starts, so its own start-up is most of its cost. The common
+path imports only os, time and C modules (_socket, _thread, _json): the json, socket,
+threading, argparse, uuid and urllib modules each pull in enum, re, functools or email,
+which take longer than the request itself. Plain ``http://`` is spoken over a socket here;
+https, proxies, --help, the outbox and git helpers import what they need when they run.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
+import _socket
+import _thread
 import os
-import re
 import sys
-import tempfile
-import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import IO, Any, NoReturn
 
-if sys.platform != "win32":
-    import fcntl
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import IO, Any, NoReturn
+
+    StrPath = str | os.PathLike[str]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TOKEN_ENV = "SIGNET_TOKEN"  # noqa: S105 (the variable's name, not a secret)
@@ -54,6 +55,9 @@ OUTBOX_MAX_ENTRIES = 1000
 OUTBOX_MAX_BYTES = 32 * 1024 * 1024
 # Claude Code caps hook output at 10,000 characters; anything far larger is not a reply.
 MAX_RESPONSE_BYTES = 1024 * 1024
+# What a misbehaving server can make the client buffer before the body (as http.client).
+MAX_HEADER_LINE = 65536
+MAX_HEADERS = 100
 # Below this much time left, a request cannot finish: stop instead of half-sending.
 MIN_REQUEST_SECONDS = 0.2
 # The watchdog fires this long after the deadline: a last resort for what socket timeouts
@@ -64,42 +68,45 @@ APPEND_LOCK_WAIT_SECONDS = 1.0
 GIT_MAX_LEVELS = 64
 PACKED_REFS_MAX_BYTES = 1024 * 1024
 
-HARNESS_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+# Character sets instead of regular expressions: importing re costs more than the request.
+_HARNESS_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_HARNESS_CHARS = _HARNESS_FIRST | frozenset("_-")
+_SHA_CHARS = frozenset("0123456789abcdef")
+_JSON_SPACE = " \t\n\r"  # what the json package skips around a document
 
 
 class HookError(Exception):
     """A problem worth one line on stderr; the hook still exits 0."""
 
 
-class _Parser(argparse.ArgumentParser):
-    # argparse exits with code 2 on a bad option, which Claude Code reports as a hook error.
-    def error(self, message: str) -> NoReturn:
-        raise HookError(f"usage: {message}")
-
-
-@dataclass(frozen=True)
 class Options:
     """What the command line and the environment decided."""
 
-    url: str
-    harness: str
-    token_env: str
-    timeout: float
-    outbox: Path
+    __slots__ = ("harness", "outbox", "timeout", "token_env", "url")
+
+    def __init__(
+        self, *, url: str, harness: str, token_env: str, timeout: float, outbox: str
+    ) -> None:
+        self.url = url
+        self.harness = harness
+        self.token_env = token_env
+        self.timeout = timeout
+        self.outbox = outbox
 
     @property
     def endpoint(self) -> str:
         return f"{self.url}/api/hooks/{self.harness}/"
 
 
-@dataclass(frozen=True)
 class Delivery:
     """The outcome of one POST: ``status`` is None when no HTTP answer came back."""
 
-    status: int | None
-    body: bytes = b""
-    error: str = ""
+    __slots__ = ("body", "error", "status")
+
+    def __init__(self, status: int | None, body: bytes = b"", error: str = "") -> None:
+        self.status = status
+        self.body = body
+        self.error = error
 
     @property
     def delivered(self) -> bool:
@@ -126,9 +133,124 @@ class Deadline:
         return max(0.0, self.end - time.monotonic())
 
 
-def parse_args(argv: list[str] | None) -> Options:
-    """Options from ``argv``, with ``SIGNET_*`` environment variables as fallbacks."""
-    parser = _Parser(
+# --- JSON -----------------------------------------------------------------------------------
+# The json package's own C accelerator, driven with json.loads/json.dumps' defaults: the
+# same documents in, the same text out, without the package's import of re. Anything it
+# does not take goes to the json package, so every result and every error is json's.
+
+
+_JSON_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _JSONDefaults:
+    """json.loads' decoder settings, as the attributes the C scanner reads."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _JSON_CONSTANTS.__getitem__
+
+
+def _scan(data: bytes) -> tuple[Any] | None:
+    try:
+        import _json
+
+        text = data.decode("utf-8")
+        start = len(text) - len(text.lstrip(_JSON_SPACE))
+        # The context is duck-typed: the scanner only reads the attributes above.
+        value, end = _json.make_scanner(_JSONDefaults)(text, start)  # type: ignore[arg-type]
+    except Exception:
+        return None  # not a verdict: json.loads decides (other encodings, BOMs, errors)
+    return None if text[end:].strip(_JSON_SPACE) else (value,)
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)``."""
+    scanned = _scan(data)
+    if scanned is not None:
+        return scanned[0]
+    import json
+
+    return json.loads(data)
+
+
+def _not_serializable(value: object) -> NoReturn:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _dumps(value: Any, *, compact: bool = False) -> str:
+    """``json.dumps(value)``, or with ``separators=(",", ":")`` when ``compact``."""
+    item_separator, key_separator = (",", ":") if compact else (", ", ": ")
+    try:
+        import _json
+
+        encode = _json.make_encoder(
+            {},  # markers: detect cycles, as check_circular does
+            _not_serializable,
+            _json.encode_basestring_ascii,
+            None,
+            key_separator,
+            item_separator,
+            False,  # sort_keys
+            False,  # skipkeys
+            True,  # allow_nan
+        )
+        chunks = encode(value, 0)
+    except Exception:
+        import json
+
+        return json.dumps(value, separators=(item_separator, key_separator))
+    return "".join(chunks)
+
+
+# --- command line ---------------------------------------------------------------------------
+
+_OPTION_NAMES = {
+    "--url": "url",
+    "--token-env": "token_env",
+    "--timeout": "timeout",
+    "--outbox": "outbox",
+}
+
+
+def _split_argv(argv: list[str]) -> dict[str, str] | None:
+    """The options and the harness of a plain command line; None for anything else.
+
+    Only the forms the installer writes (and ``--option=value``) are read here; --help,
+    abbreviations, ``--`` and every mistake go to argparse, which decides them.
+    """
+    found: dict[str, str] = {}
+    args = iter(argv)
+    for arg in args:
+        if not arg.startswith("-"):
+            if "harness" in found:
+                return None
+            found["harness"] = arg
+            continue
+        name, equals, value = arg.partition("=")
+        dest = _OPTION_NAMES.get(name)
+        if dest is None:
+            return None
+        if not equals:
+            following = next(args, None)
+            if following is None or following.startswith("-"):
+                return None
+            value = following
+        found[dest] = value
+    return found if "harness" in found else None
+
+
+def _argparse(argv: list[str]) -> dict[str, str | None]:
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        # argparse exits with code 2 on a bad option: Claude Code reports that as an error.
+        def error(self, message: str) -> NoReturn:
+            raise HookError(f"usage: {message}")
+
+    parser = Parser(
         prog="signet_hook.py", description="Forward one harness hook event to Signet Continuity."
     )
     parser.add_argument("harness", help="Harness name, e.g. claude-code.")
@@ -143,33 +265,82 @@ def parse_args(argv: list[str] | None) -> Options:
         help=f"Overall deadline in seconds (env SIGNET_HOOK_TIMEOUT; {DEFAULT_TIMEOUT}).",
     )
     parser.add_argument("--outbox", help=f"Outbox file (env SIGNET_OUTBOX; {DEFAULT_OUTBOX}).")
-    args = parser.parse_args(argv)
+    return vars(parser.parse_args(argv))
 
-    if not HARNESS_RE.match(args.harness):
-        raise HookError(f"invalid harness name {args.harness!r}")
-    url = (args.url or os.environ.get("SIGNET_URL") or DEFAULT_URL).rstrip("/")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+
+def _is_harness(name: str) -> bool:
+    # ^[a-z0-9][a-z0-9_-]{0,63}$, and no trailing newline either.
+    return 0 < len(name) <= 64 and name[0] in _HARNESS_FIRST and _HARNESS_CHARS.issuperset(name)
+
+
+def _split_url(url: str) -> tuple[str, str, str] | None:
+    """``(scheme, netloc, rest)`` of a plain URL; None for one that urlsplit must judge.
+
+    Plain: ASCII, printable, no spaces, ``scheme://`` and no IPv6 brackets. For these
+    urlsplit gives the same scheme (lowercased) and netloc.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator or not url.isascii() or not url.isprintable() or " " in url:
+        return None
+    end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if 0 <= found < end:
+            end = found
+    netloc = rest[:end]
+    if "[" in netloc or "]" in netloc:
+        return None
+    return scheme.lower(), netloc, rest[end:]
+
+
+def _is_http_url(url: str) -> bool:
+    parts = _split_url(url)
+    if parts is not None:
+        return parts[0] in ("http", "https") and bool(parts[1])
+    from urllib.parse import urlsplit
+
+    split = urlsplit(url)
+    return split.scheme in ("http", "https") and bool(split.netloc)
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    """Options from ``argv``, with ``SIGNET_*`` environment variables as fallbacks."""
+    if argv is None:
+        argv = sys.argv[1:]
+    args: Mapping[str, str | None] | None = _split_argv(argv)
+    if args is None:
+        args = _argparse(argv)
+
+    harness = args.get("harness") or ""
+    if not _is_harness(harness):
+        raise HookError(f"invalid harness name {harness!r}")
+    url = (args.get("url") or os.environ.get("SIGNET_URL") or DEFAULT_URL).rstrip("/")
+    if not _is_http_url(url):
         raise HookError(f"--url must be an http(s) URL, not {url!r}")
-    raw_timeout = args.timeout or os.environ.get("SIGNET_HOOK_TIMEOUT") or ""
+    token_env = args.get("token_env")
+    raw_timeout = args.get("timeout") or os.environ.get("SIGNET_HOOK_TIMEOUT") or ""
     try:
         timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT
     except ValueError:
         timeout = DEFAULT_TIMEOUT
     if not 0 < timeout <= 600:
         timeout = DEFAULT_TIMEOUT
-    outbox = Path(
-        os.path.expanduser(args.outbox or os.environ.get("SIGNET_OUTBOX") or DEFAULT_OUTBOX)
+    outbox = os.path.expanduser(
+        args.get("outbox") or os.environ.get("SIGNET_OUTBOX") or DEFAULT_OUTBOX
     )
     return Options(
-        url=url, harness=args.harness, token_env=args.token_env, timeout=timeout, outbox=outbox
+        url=url,
+        harness=harness,
+        token_env=DEFAULT_TOKEN_ENV if token_env is None else token_env,
+        timeout=timeout,
+        outbox=outbox,
     )
 
 
 def read_payload(stream: IO[bytes]) -> dict[str, Any]:
     """The hook payload: a JSON object, or HookError."""
     try:
-        payload = json.loads(stream.read())
+        payload = _loads(stream.read())
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
         raise HookError("stdin is not JSON") from exc
     if not isinstance(payload, dict):
@@ -180,61 +351,68 @@ def read_payload(stream: IO[bytes]) -> dict[str, Any]:
 # --- what only the client machine can know ------------------------------------------------
 
 
-def _read_text(path: Path, limit: int = 4096) -> str:
-    with path.open("rb") as handle:
+def _read_text(path: str, limit: int = 4096) -> str:
+    with open(path, "rb") as handle:
         return handle.read(limit).decode("utf-8", "replace").strip()
 
 
-def find_git_root(start: str) -> tuple[Path, Path] | None:
+def _is_sha(text: str) -> bool:
+    return len(text) in (40, 64) and _SHA_CHARS.issuperset(text)
+
+
+def find_git_root(start: str) -> tuple[str, str] | None:
     """``(worktree root, git dir)`` of the repository holding ``start``, without running git."""
-    current = Path(start)
+    current = start
     for _ in range(GIT_MAX_LEVELS):
-        dot_git = current / ".git"
-        if dot_git.is_dir():
+        dot_git = os.path.join(current, ".git")
+        if os.path.isdir(dot_git):
             return current, dot_git
-        if dot_git.is_file():
+        if os.path.isfile(dot_git):
             # Worktrees and submodules: ".git" is a file "gitdir: <path>", relative to it.
             content = _read_text(dot_git)
             if content.startswith("gitdir:"):
-                git_dir = Path(content[len("gitdir:") :].strip())
-                return current, (current / git_dir).resolve()
+                git_dir = content[len("gitdir:") :].strip()
+                return current, os.path.realpath(os.path.join(current, git_dir))
             return None
-        if current.parent == current:
+        parent = os.path.dirname(current)
+        if parent == current:
             return None
-        current = current.parent
+        current = parent
     return None
 
 
-def _common_dir(git_dir: Path) -> Path:
+def _common_dir(git_dir: str) -> str:
     # A linked worktree keeps its own HEAD but shares refs with the main repository, named
     # by its "commondir" file.
-    commondir = git_dir / "commondir"
-    if commondir.is_file():
-        return (git_dir / _read_text(commondir)).resolve()
+    commondir = os.path.join(git_dir, "commondir")
+    if os.path.isfile(commondir):
+        return os.path.realpath(os.path.join(git_dir, _read_text(commondir)))
     return git_dir
 
 
-def _resolve_ref(git_dir: Path, ref: str) -> str | None:
+def _resolve_ref(git_dir: str, ref: str) -> str | None:
     if ".." in ref.split("/"):
         return None
     common = _common_dir(git_dir)
     for base in dict.fromkeys((git_dir, common)):
-        ref_file = base / ref
-        if ref_file.is_file():
+        ref_file = os.path.join(base, ref)
+        if os.path.isfile(ref_file):
             sha = _read_text(ref_file, 128)
-            return sha if SHA_RE.match(sha) else None
-    packed = common / "packed-refs"
-    if packed.is_file() and packed.stat().st_size <= PACKED_REFS_MAX_BYTES:
-        for line in packed.read_text("utf-8", "replace").splitlines():
+            return sha if _is_sha(sha) else None
+    packed = os.path.join(common, "packed-refs")
+    if os.path.isfile(packed) and os.path.getsize(packed) <= PACKED_REFS_MAX_BYTES:
+        with open(packed, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+        for line in lines:
             sha, _, name = line.partition(" ")
-            if name.strip() == ref and SHA_RE.match(sha):
+            if name.strip() == ref and _is_sha(sha):
                 return sha
     return None
 
 
-def git_state(git_dir: Path) -> dict[str, str]:
+def git_state(git_dir: str) -> dict[str, str]:
     """``git_branch`` and ``git_head`` from HEAD; a field that cannot be read is left out."""
-    head = _read_text(git_dir / "HEAD", 512)
+    head = _read_text(os.path.join(git_dir, "HEAD"), 512)
     if head.startswith("ref:"):
         ref = head[len("ref:") :].strip()
         state = {"git_branch": ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else ref}
@@ -242,7 +420,7 @@ def git_state(git_dir: Path) -> dict[str, str]:
         if sha:
             state["git_head"] = sha
         return state
-    if SHA_RE.match(head):
+    if _is_sha(head):
         return {"git_branch": "", "git_head": head}
     return {}
 
@@ -263,7 +441,7 @@ def client_context(payload: dict[str, Any]) -> dict[str, str]:
         found = find_git_root(project)
         if found is not None:
             root, git_dir = found
-            context["git_root"] = str(root)
+            context["git_root"] = root
             context.update(git_state(git_dir))
     except (OSError, ValueError):
         pass  # best-effort: keep whatever was found before the failure
@@ -273,23 +451,261 @@ def client_context(payload: dict[str, Any]) -> dict[str, str]:
 # --- HTTP -----------------------------------------------------------------------------------
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A followed redirect would turn the POST into a GET without its body: report the 3xx.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+class _ProtocolError(Exception):
+    """The answer is not HTTP this client can read; the text names the fault."""
+
+
+def _is_local(host: str) -> bool:
+    host = host.lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _http_target(url: str) -> tuple[str, int, str, str] | None:
+    """``(host, port, Host header, request target)`` when the socket client can send to ``url``.
+
+    None leaves the request to urllib: https, a proxy to go through, and URL forms this
+    small client has no need to get right (userinfo, IPv6 literals, odd ports, fragments).
+    """
+    parts = _split_url(url)
+    if parts is None or parts[0] != "http":
         return None
+    _, netloc, target = parts
+    if "@" in netloc or "#" in target or not target.startswith("/"):
+        return None
+    host, _, port_text = netloc.partition(":")
+    if not port_text:
+        port = 80
+    elif port_text.isdigit() and int(port_text) <= 65535:
+        port = int(port_text)
+    else:
+        return None
+    if not host:
+        return None
+    # urllib sends through http_proxy (in any case, minus no_proxy) to all but the local
+    # service; a request that may need one goes to urllib, which knows the rules.
+    if not _is_local(host) and any(
+        value and name.lower() == "http_proxy" for name, value in os.environ.items()
+    ):
+        return None
+    return host, port, netloc, target
 
 
-def _opener(url: str) -> urllib.request.OpenerDirector:
-    handlers: list[urllib.request.BaseHandler] = [_NoRedirect()]
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host in ("localhost", "::1") or host.startswith("127."):
+def _time_left(end: float) -> float:
+    left = end - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, int, int, str, tuple[str, int]]]:
+    try:
+        _socket.inet_pton(_socket.AF_INET, host)
+    except OSError:
+        # A name. The look-up takes no timeout: a stuck resolver is what the watchdog is for.
+        return _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)  # type: ignore[return-value]
+    # An IPv4 literal needs no resolver; the C library's first look-up in a process (even of
+    # a literal) costs about as much as the whole request.
+    return [(_socket.AF_INET, _socket.SOCK_STREAM, 0, "", (host, port))]
+
+
+def _connect(host: str, port: int, end: float) -> _socket.socket:
+    """A TCP connection to the first of ``host``'s addresses that accepts one."""
+    error: OSError = ConnectionError(f"no address for {host}")
+    for family, kind, proto, _, address in _addresses(host, port):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_time_left(end))
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        # The request goes out in one write; its tail must not wait for a delayed ACK.
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        return sock
+    raise error
+
+
+class _Reader:
+    """Buffered reads from a socket, every ``recv`` bounded by the time left until ``end``.
+
+    Bounding each read by what is left (not by a fixed timeout) also stops a server that
+    trickles its answer a byte at a time.
+    """
+
+    def __init__(self, sock: _socket.socket, end: float) -> None:
+        self.sock = sock
+        self.end = end
+        self.buffer = bytearray()
+        self.closed = False
+
+    def _fill(self) -> bool:
+        if self.closed:
+            return False
+        self.sock.settimeout(_time_left(self.end))
+        chunk = self.sock.recv(65536)
+        self.buffer += chunk
+        self.closed = not chunk
+        return bool(chunk)
+
+    def line(self) -> bytes | None:
+        """The next line with its CRLF (or bare LF); None if the connection ends first."""
+        searched = 0
+        while True:
+            end = self.buffer.find(b"\n", searched)
+            if end >= MAX_HEADER_LINE:
+                raise _ProtocolError("LineTooLong")
+            if end >= 0:
+                line = bytes(self.buffer[: end + 1])
+                del self.buffer[: end + 1]
+                return line
+            if len(self.buffer) > MAX_HEADER_LINE:
+                raise _ProtocolError("LineTooLong")
+            searched = len(self.buffer)
+            if not self._fill():
+                return None
+
+    def read(self, size: int) -> bytes:
+        """``size`` bytes, or fewer if the connection ends first."""
+        while len(self.buffer) < size and self._fill():
+            pass
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+
+def _read_status(reader: _Reader) -> int:
+    line = reader.line()
+    if line is None:
+        raise _ProtocolError("RemoteDisconnected")
+    version, _, rest = line.strip().partition(b" ")
+    code = rest[:3]
+    if not version.startswith(b"HTTP/") or not code.isdigit() or rest[3:4] not in (b"", b" "):
+        raise _ProtocolError("BadStatusLine")
+    return int(code)
+
+
+def _read_framing(reader: _Reader) -> tuple[int | None, bool] | None:
+    """How the body is delimited, ``(Content-Length, chunked)``; None if the headers end
+    with the connection."""
+    length: int | None = None
+    chunked = False
+    for _ in range(MAX_HEADERS + 1):
+        line = reader.line()
+        if line is None:
+            return None
+        if line in (b"\r\n", b"\n"):
+            return length, chunked
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        value = value.strip()
+        if name == b"content-length":
+            if not value.isdigit() or (length is not None and int(value) != length):
+                raise _ProtocolError("InvalidContentLength")
+            length = int(value)
+        elif name == b"transfer-encoding":
+            # Chunked is the last coding whenever it is used (RFC 9112, 6.1), and then
+            # Content-Length, if any, does not count.
+            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+    raise _ProtocolError("TooManyHeaders")
+
+
+def _is_hex(text: bytes) -> bool:
+    return bool(text) and not text.translate(None, b"0123456789abcdefABCDEF")
+
+
+def _read_chunked(reader: _Reader, limit: int) -> bytes | None:
+    """A chunked body, read up to ``limit`` bytes; None if it is cut short or malformed."""
+    body = bytearray()
+    while len(body) < limit:
+        line = reader.line()
+        size_text = (line or b"").split(b";", 1)[0].strip()  # chunk extensions are ignored
+        if not _is_hex(size_text):
+            return None
+        size = int(size_text, 16)
+        if size == 0:
+            return bytes(body)  # the trailers, if any, die with the connection
+        want = min(size, limit - len(body))
+        chunk = reader.read(want)
+        if len(chunk) < want:
+            return None
+        body += chunk
+        if len(body) < limit and reader.line() not in (b"\r\n", b"\n"):
+            return None
+    return bytes(body)
+
+
+def _read_response(reader: _Reader) -> Delivery:
+    while True:
+        status = _read_status(reader)
+        framing = _read_framing(reader)
+        # Interim answers (100 Continue, 103 Early Hints) precede the real one.
+        if not 100 <= status < 200 or status == 101:
+            break
+    if not 200 <= status < 300:
+        return Delivery(status=status)  # only a 2xx reply's body is ever used
+    if framing is None or status == 204:
+        return Delivery(status=status)
+    length, chunked = framing
+    # One byte more than emit_reply accepts is enough to know the reply is too large.
+    limit = MAX_RESPONSE_BYTES + 1
+    if chunked:
+        body = _read_chunked(reader, limit)
+    elif length is None:
+        body = reader.read(limit)  # delimited by the end of the connection
+    else:
+        body = reader.read(min(length, limit))
+        if len(body) < min(length, limit):
+            body = None
+    # A reply cut short is delivered all the same (the server answered 2xx), but half a
+    # reply must not reach the agent.
+    return Delivery(status=status, body=b"" if body is None else body)
+
+
+def _post_http(
+    target: tuple[str, int, str, str], body: bytes, *, token: str, key: str, end: float
+) -> Delivery:
+    """One HTTP/1.1 POST over a fresh connection, closed after the answer."""
+    host, port, host_header, path = target
+    # run() refuses such a token, but a key comes back from the outbox file: neither may
+    # ever split a header.
+    if not token.isprintable() or not key.isprintable():
+        return Delivery(status=None, error="the token or key is not a valid header value")
+    head = (
+        f"POST {path} HTTP/1.1\r\n"
+        f"Host: {host_header}\r\n"
+        "Accept-Encoding: identity\r\n"
+        "Connection: close\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"Authorization: Bearer {token}\r\n"
+        f"Idempotency-Key: {key}\r\n"
+        f"User-Agent: {USER_AGENT}\r\n"
+        "\r\n"
+    ).encode("latin-1")
+    sock = _connect(host, port, end)
+    try:
+        sock.settimeout(_time_left(end))
+        sock.sendall(head + body)
+        return _read_response(_Reader(sock, end))
+    finally:
+        sock.close()
+
+
+def _post_urllib(url: str, body: bytes, *, token: str, key: str, timeout: float) -> Delivery:
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        # A followed redirect would turn the POST into a GET without its body: report it.
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    handlers: list[urllib.request.BaseHandler] = [NoRedirect()]
+    if _is_local(urlsplit(url).hostname or ""):
         # A corporate HTTP(S)_PROXY must not swallow requests to the local service.
         handlers.append(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener(*handlers)
-
-
-def post_event(url: str, body: bytes, *, token: str, key: str, timeout: float) -> Delivery:
-    """POST one event; never raises for network or HTTP failures."""
     request = urllib.request.Request(  # noqa: S310 (the scheme was checked: http or https)
         url,
         data=body,
@@ -302,7 +718,7 @@ def post_event(url: str, body: bytes, *, token: str, key: str, timeout: float) -
         },
     )
     try:
-        with _opener(url).open(request, timeout=timeout) as response:
+        with urllib.request.build_opener(*handlers).open(request, timeout=timeout) as response:
             return Delivery(status=response.status, body=response.read(MAX_RESPONSE_BYTES + 1))
     except urllib.error.HTTPError as exc:
         exc.close()
@@ -313,12 +729,28 @@ def post_event(url: str, body: bytes, *, token: str, key: str, timeout: float) -
         return Delivery(status=None, error=f"server unreachable ({type(exc).__name__})")
 
 
+def post_event(url: str, body: bytes, *, token: str, key: str, timeout: float) -> Delivery:
+    """POST one event within ``timeout`` seconds; never raises for network or HTTP failures.
+
+    Redirects are not followed (the POST would become a bodiless GET): a 3xx is reported.
+    """
+    target = _http_target(url)
+    if target is None:
+        return _post_urllib(url, body, token=token, key=key, timeout=timeout)
+    try:
+        return _post_http(target, body, token=token, key=key, end=time.monotonic() + timeout)
+    except _ProtocolError as exc:
+        return Delivery(status=None, error=f"server unreachable ({exc})")
+    except (OSError, ValueError) as exc:  # refused, reset, timed out, unresolvable
+        return Delivery(status=None, error=f"server unreachable ({str(exc) or type(exc).__name__})")
+
+
 def emit_reply(body: bytes, stdout: IO[bytes]) -> None:
     """Print the server's reply if it is a JSON object, the only stdout the harness wants."""
     if not body.strip() or len(body) > MAX_RESPONSE_BYTES:
         return
     try:
-        reply = json.loads(body)
+        reply = _loads(body)
     except ValueError:
         return
     if isinstance(reply, dict):
@@ -333,21 +765,26 @@ def emit_reply(body: bytes, stdout: IO[bytes]) -> None:
 # hook sends queued events at a time while others can still append their own.
 
 
-def _lock_path(outbox: Path, suffix: str) -> Path:
-    return outbox.with_name(outbox.name + suffix)
-
-
-@contextlib.contextmanager
-def _locked(path: Path, *, wait: float) -> Iterator[bool]:
-    """Hold an exclusive lock on ``path`` if it can be had within ``wait`` seconds.
-
-    Yields whether the lock is held; closing the descriptor releases it.
+class _Locked:
+    """``with _Locked(path, wait=s) as held``: an exclusive lock on ``path`` if it can be
+    had within ``wait`` seconds (``held`` says whether). Closing the descriptor releases it.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        yield _try_lock(fd, wait)
-    finally:
-        os.close(fd)
+
+    def __init__(self, path: str, *, wait: float) -> None:
+        self.path = path
+        self.wait = wait
+        self.fd = -1
+
+    def __enter__(self) -> bool:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            return _try_lock(self.fd, self.wait)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.close(self.fd)
 
 
 def _try_lock(fd: int, wait: float) -> bool:
@@ -355,6 +792,8 @@ def _try_lock(fd: int, wait: float) -> bool:
         # No fcntl: run unlocked. Replays may then overlap, which the idempotency keys make
         # harmless; a rewrite racing an append may lose that one queued event.
         return True
+    import fcntl
+
     give_up = time.monotonic() + wait
     while True:
         try:
@@ -366,23 +805,24 @@ def _try_lock(fd: int, wait: float) -> bool:
             time.sleep(0.01)
 
 
-def _ensure_dir(directory: Path) -> None:
-    if not directory.is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
+def _ensure_dir(directory: str) -> None:
+    if not os.path.isdir(directory):
+        os.makedirs(directory, exist_ok=True)
         # The outbox holds prompts and file contents: private to the user.
-        directory.chmod(0o700)
+        os.chmod(directory, 0o700)
 
 
-def _read_lines(outbox: Path) -> list[bytes]:
+def _read_lines(outbox: str) -> list[bytes]:
     try:
-        return outbox.read_bytes().splitlines(keepends=True)
+        with open(outbox, "rb") as handle:
+            return handle.read().splitlines(keepends=True)
     except FileNotFoundError:
         return []
 
 
 def _parse_entry(line: bytes) -> dict[str, Any] | None:
     try:
-        entry = json.loads(line)
+        entry = _loads(line)
     except ValueError:
         return None  # a line cut short by a killed process: dropped at the next rewrite
     if (
@@ -395,16 +835,21 @@ def _parse_entry(line: bytes) -> dict[str, Any] | None:
     return None
 
 
-def _rewrite(outbox: Path, lines: list[bytes]) -> None:
+def _rewrite(outbox: str, lines: list[bytes]) -> None:
+    import tempfile
+
+    directory, name = os.path.split(outbox)
     # Temp file + rename: a reader (or a crash) never sees a half-written outbox.
-    fd, temp = tempfile.mkstemp(dir=outbox.parent, prefix=f".{outbox.name}.", suffix=".tmp")
+    fd, temp = tempfile.mkstemp(dir=directory or ".", prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.writelines(lines)
         os.replace(temp, outbox)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib takes longer to import than the request)
             os.unlink(temp)
+        except OSError:
+            pass
         raise
 
 
@@ -423,40 +868,42 @@ def _bounded(lines: list[bytes]) -> list[bytes]:
     return kept
 
 
-def outbox_append(outbox: Path, entry: dict[str, Any]) -> None:
+def outbox_append(outbox: StrPath, entry: dict[str, Any]) -> None:
     """Queue one undelivered event, keeping the outbox bounded (the oldest go first)."""
-    _ensure_dir(outbox.parent)
-    line = json.dumps(entry, separators=(",", ":")).encode("ascii") + b"\n"
-    with _locked(_lock_path(outbox, ".lock"), wait=APPEND_LOCK_WAIT_SECONDS):
+    path = os.fspath(outbox)
+    _ensure_dir(os.path.dirname(path) or ".")
+    line = _dumps(entry, compact=True).encode("ascii") + b"\n"
+    with _Locked(path + ".lock", wait=APPEND_LOCK_WAIT_SECONDS):
         # Go on even without the lock (another hook kept it): appending risks losing this
         # event to a concurrent rewrite; giving up loses it for certain.
-        lines = _read_lines(outbox)
+        lines = _read_lines(path)
         if len(lines) >= OUTBOX_MAX_ENTRIES or sum(map(len, lines)) + len(line) > OUTBOX_MAX_BYTES:
-            _rewrite(outbox, _bounded([*lines, line]))
+            _rewrite(path, _bounded([*lines, line]))
             return
         if lines and not lines[-1].endswith(b"\n"):
             line = b"\n" + line  # never glue onto a line that a killed process cut short
-        fd = os.open(outbox, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(line)
 
 
-def outbox_replay(outbox: Path, *, url: str, token: str, deadline: Deadline) -> int:
+def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) -> int:
     """Resend queued events for ``url``, oldest first, within the deadline.
 
     Each keeps its original idempotency key, so one the server already has is not counted
     twice. Delivered and permanently refused entries leave the outbox; the rest stay.
     Returns how many were delivered. Skipped when another hook is replaying.
     """
-    if not outbox.is_file() or outbox.stat().st_size == 0:
+    path = os.fspath(outbox)
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return 0
-    with _locked(_lock_path(outbox, ".replay.lock"), wait=0) as replaying:
+    with _Locked(path + ".replay.lock", wait=0) as replaying:
         if not replaying:
             return 0
         # Reading is safe even without this lock (rewrites are atomic renames); it only
         # avoids reading while an append is half-written.
-        with _locked(_lock_path(outbox, ".lock"), wait=min(1.0, deadline.remaining())):
-            entries = [entry for entry in map(_parse_entry, _read_lines(outbox)) if entry]
+        with _Locked(path + ".lock", wait=min(1.0, deadline.remaining())):
+            entries = [entry for entry in map(_parse_entry, _read_lines(path)) if entry]
         done: set[str] = set()
         delivered = 0
         for entry in entries:
@@ -467,7 +914,7 @@ def outbox_replay(outbox: Path, *, url: str, token: str, deadline: Deadline) -> 
                 break
             result = post_event(
                 url,
-                json.dumps(entry["body"]).encode("ascii"),
+                _dumps(entry["body"]).encode("ascii"),
                 token=token,
                 key=entry["key"],
                 timeout=deadline.remaining(),
@@ -480,16 +927,16 @@ def outbox_replay(outbox: Path, *, url: str, token: str, deadline: Deadline) -> 
             elif result.status in (None, 429, 503):
                 break  # the server went away or asks to slow down; a 500 may be this entry
         if done:
-            with _locked(_lock_path(outbox, ".lock"), wait=min(1.0, deadline.remaining())) as ok:
+            with _Locked(path + ".lock", wait=min(1.0, deadline.remaining())) as locked:
                 # Without the lock, leave the file alone: the entries are resent next time
                 # and the server ignores their keys.
-                if ok:
+                if locked:
                     kept = [
                         line
-                        for line in _read_lines(outbox)
+                        for line in _read_lines(path)
                         if (parsed := _parse_entry(line)) is None or parsed["key"] not in done
                     ]
-                    _rewrite(outbox, _bounded(kept))
+                    _rewrite(path, _bounded(kept))
         return delivered
 
 
@@ -497,38 +944,53 @@ def outbox_replay(outbox: Path, *, url: str, token: str, deadline: Deadline) -> 
 
 
 def _warn(message: str) -> None:
-    with contextlib.suppress(Exception):
+    try:
         sys.stderr.write(f"signet-hook: {message}\n")
         sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # no stderr, or a closed one
+        pass
 
 
 class Watchdog:
     """Exit 0 at a hard deadline, whatever the main thread is stuck in.
 
-    Socket timeouts bound each read, not a server that trickles bytes, and nothing bounds a
-    DNS look-up; Claude Code must never wait on this hook. A thread, not SIGALRM: a signal
-    handler only runs once the blocking C call returns. If the live event is still in
-    flight, it is queued first (``on_expiry``).
+    The socket client bounds every read by the deadline, but nothing bounds a DNS look-up,
+    nor urllib's reads for https; Claude Code must never wait on this hook. A thread, not
+    SIGALRM: a signal handler only runs once the blocking C call returns. If the live event
+    is still in flight, it is queued first (``on_expiry``). A bare ``_thread``: the threading
+    module's import costs more than the rest of the start-up.
     """
 
     def __init__(self, seconds: float) -> None:
         self.on_expiry: Callable[[], None] | None = None
-        timer = threading.Timer(seconds, self._expire)
-        timer.daemon = True
-        timer.start()
+        _thread.start_new_thread(self._run, (seconds,))
 
-    def _expire(self) -> None:
-        callback = self.on_expiry
-        if callback is not None:
-            with contextlib.suppress(Exception):
-                callback()
-        with contextlib.suppress(OSError):
-            os.write(2, b"signet-hook: deadline reached\n")
-        os._exit(0)
+    def _run(self, seconds: float) -> None:
+        time.sleep(seconds)
+        try:
+            if self.on_expiry is not None:
+                self.on_expiry()
+        finally:
+            # Whatever the queueing did (even raise), the process ends here.
+            try:  # noqa: SIM105 (contextlib takes longer to import than the request)
+                os.write(2, b"signet-hook: deadline reached\n")
+            except OSError:
+                pass
+            os._exit(0)
+
+
+def _new_key() -> str:
+    """A random UUID, version 4, as 32 hex digits: ``uuid.uuid4().hex`` without its import."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 def outbox_entry(options: Options, key: str, payload: dict[str, Any]) -> dict[str, Any]:
     """The outbox line for an undelivered event."""
+    from datetime import datetime, timezone
+
     queued_at = datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: UP017 (3.9+)
     # The time it happened travels with the event: a replay may come hours later.
     body = {**payload, "signet": {**payload.get("signet", {}), "queued_at": queued_at}}
@@ -553,17 +1015,19 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     if not token:
         # Not queued: without a token the server can only refuse it, like any 401.
         return f"${options.token_env} is not set; event not sent"
+    if not token.isprintable():
+        return f"${options.token_env} holds characters a header cannot carry; event not sent"
 
     signet = payload.get("signet")
     payload["signet"] = {**(signet if isinstance(signet, dict) else {}), **client_context(payload)}
-    key = uuid.uuid4().hex
+    key = _new_key()
 
     def queue() -> None:
         outbox_append(options.outbox, outbox_entry(options, key, payload))
 
     if guard is not None:
         guard.on_expiry = queue
-    body = json.dumps(payload).encode("ascii")
+    body = _dumps(payload).encode("ascii")
     result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
     if guard is not None:
         guard.on_expiry = None
@@ -592,5 +1056,20 @@ def main(argv: list[str] | None = None, *, watchdog: bool = False) -> int:
     return 0
 
 
+def cli() -> NoReturn:
+    """Run as the harness's command: ``main`` with the watchdog armed, then exit 0 at once.
+
+    The interpreter's shutdown (module teardown, a last collection) would add a tenth to the
+    hook's time; nothing is left open but the standard streams, flushed here.
+    """
+    main(watchdog=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 (contextlib takes longer to import than the request)
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # no stream, or a closed one
+            pass
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    sys.exit(main(watchdog=True))
+    cli()

@@ -6,17 +6,20 @@ failure and replay can be driven exactly; the real endpoint has its own end-to-e
 
 from __future__ import annotations
 
+import _socket
 import fcntl
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -158,8 +161,9 @@ def test_a_server_that_never_answers_is_cut_off_by_the_deadline(env, outbox):
     assert len(outbox_entries(outbox)) == 1
 
 
-def test_a_trickling_server_is_cut_off_by_the_watchdog_and_the_event_queued(env, outbox):
-    # One byte every 50 ms never trips a socket timeout: only the watchdog ends this.
+def test_a_trickling_server_is_cut_off_at_the_deadline_and_the_event_queued(env, outbox):
+    # One byte every 50 ms never trips a per-read timeout; each read is bounded by the time
+    # left, so the client gives up at the deadline, well before the watchdog would.
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -189,8 +193,32 @@ def test_a_trickling_server_is_cut_off_by_the_watchdog_and_the_event_queued(env,
 
     assert proc.returncode == 0
     assert proc.stdout == b""
+    assert proc.stderr.startswith(b"signet-hook: server unreachable (timed out); event queued")
+    assert time.monotonic() - started < 5
+    assert len(outbox_entries(outbox)) == 1
+
+
+def test_the_watchdog_queues_the_event_and_exits_0_when_the_request_hangs(env, outbox):
+    # What no socket timeout bounds (a stuck DNS look-up, urllib's reads for https) is
+    # stood in for by a request that sleeps; only the watchdog ends the run.
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.post_event = lambda *args, **kwargs: time.sleep(30); signet_hook.cli()"
+    )
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(HOOK.parent), "--timeout", "0.5", "claude-code"],
+        input=PROMPT,
+        capture_output=True,
+        env=env,
+        timeout=15,
+        check=False,
+    )
+
+    assert proc.returncode == 0
+    assert proc.stdout == b""
     assert proc.stderr == b"signet-hook: deadline reached\n"
-    assert 1.4 < time.monotonic() - started < 5
+    assert 1.4 < time.monotonic() - started < 10
     assert len(outbox_entries(outbox)) == 1
 
 
@@ -222,6 +250,18 @@ def test_missing_token_exits_0_and_is_not_queued(env, outbox):
     assert proc.returncode == 0
     assert proc.stdout == b""
     assert b"SIGNET_TOKEN is not set" in proc.stderr
+    assert received == []
+    assert not outbox.exists()
+
+
+def test_a_token_that_cannot_be_a_header_is_not_sent_nor_queued(env, outbox):
+    env["SIGNET_TOKEN"] = "sgt_a\r\nX-Injected: 1"
+    with recording_server() as (url, received):
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert proc.returncode == 0
+    assert proc.stdout == b""
+    assert b"SIGNET_TOKEN holds characters a header cannot carry" in proc.stderr
     assert received == []
     assert not outbox.exists()
 
@@ -484,3 +524,471 @@ def test_git_fields_travel_in_the_posted_payload(env, tmp_path):
         "git_branch": "feature/x",
         "git_head": SHA,
     }
+
+
+# --- the socket client (plain http://) ------------------------------------------------------
+
+
+@dataclass
+class RawRequest:
+    head: bytes
+    body: bytes
+
+
+@contextmanager
+def raw_peer(reply: bytes) -> Iterator[tuple[str, list[RawRequest]]]:
+    """A TCP peer for one request: it reads the request whole, writes ``reply`` verbatim and
+    closes the connection, so that any answer, well-formed or not, can be played."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(10)  # a client that never connects must not hang the test
+    requests: list[RawRequest] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            requests.append(RawRequest(head, body))
+            with suppress(OSError):  # a client that stopped reading early
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", requests
+    finally:
+        thread.join(10)
+        listener.close()
+
+
+def http_reply(status_line: str, body: bytes = b"", *headers: str) -> bytes:
+    return "".join(f"{line}\r\n" for line in (status_line, *headers, "")).encode() + body
+
+
+def chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in parts) + b"0\r\n\r\n"
+
+
+def post(url: str, *, timeout: float = 5.0) -> signet_hook.Delivery:
+    return signet_hook.post_event(
+        f"{url}/api/hooks/claude-code/", b'{"a": 1}', token=TOKEN, key="k" * 32, timeout=timeout
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_variables(monkeypatch):
+    # A proxy variable from the machine running the tests would send requests to urllib.
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            monkeypatch.delenv(name)
+
+
+def test_the_socket_client_sends_one_complete_request():
+    with raw_peer(http_reply("HTTP/1.1 200 OK", b"{}", "Content-Length: 2")) as (url, requests):
+        result = post(url)
+
+    assert (result.status, result.body) == (200, b"{}")
+    request_line, *header_lines = requests[0].head.split(b"\r\n")
+    assert request_line == b"POST /api/hooks/claude-code/ HTTP/1.1"
+    assert dict(line.split(b": ", 1) for line in header_lines) == {
+        b"Host": url.removeprefix("http://").encode(),
+        b"Accept-Encoding": b"identity",
+        b"Connection": b"close",
+        b"Content-Type": b"application/json",
+        b"Content-Length": b"8",
+        b"Authorization": f"Bearer {TOKEN}".encode(),
+        b"Idempotency-Key": b"k" * 32,
+        b"User-Agent": b"signet-hook/1",
+    }
+    assert requests[0].body == b'{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    ("status", "delivered", "retryable"),
+    [
+        (200, True, False),
+        (201, True, False),
+        (302, False, False),  # not followed: the POST would become a bodiless GET
+        (400, False, False),
+        (401, False, False),
+        (429, False, True),
+        (500, False, True),
+        (503, False, True),
+    ],
+)
+def test_the_socket_client_reports_the_status(status, delivered, retryable):
+    reply = http_reply(f"HTTP/1.1 {status} Whatever", b'{"x": 1}', "Content-Length: 8")
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    assert (result.status, result.delivered, result.retryable) == (status, delivered, retryable)
+    assert result.body == (b'{"x": 1}' if delivered else b"")  # only a 2xx body is used
+
+
+def test_a_reply_without_a_length_ends_with_the_connection():
+    with raw_peer(http_reply("HTTP/1.0 200 OK", b'{"a": "b"}')) as (url, _):
+        result = post(url)
+
+    assert (result.status, result.body) == (200, b'{"a": "b"}')
+
+
+def test_a_content_length_bounds_the_body():
+    # Bytes after the announced length are not part of the reply.
+    reply = http_reply("HTTP/1.1 200 OK", b'{"a": 1}garbage', "Content-Length: 8")
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    assert result.body == b'{"a": 1}'
+
+
+def test_a_chunked_reply_is_decoded():
+    body = b'7;ext="x"\r\n{"a": 1\r\n1\r\n}\r\n0\r\nX-Trailer: t\r\n\r\n'
+    reply = http_reply(
+        "HTTP/1.1 200 OK",
+        body,
+        "Transfer-Encoding: chunked",
+        "Content-Length: 3",  # ignored: chunked wins
+    )
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    assert (result.status, result.body) == (200, b'{"a": 1}')
+
+
+def test_interim_answers_are_skipped():
+    reply = http_reply("HTTP/1.1 100 Continue") + http_reply(
+        "HTTP/1.1 200 OK", b"{}", "Content-Length: 2"
+    )
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    assert (result.status, result.body) == (200, b"{}")
+
+
+LARGE = b'{"x": "' + b"a" * 5000 + b'"}'
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        http_reply("HTTP/1.1 200 OK", LARGE, f"Content-Length: {len(LARGE)}"),
+        http_reply("HTTP/1.0 200 OK", LARGE),
+        http_reply(
+            "HTTP/1.1 200 OK", chunked(LARGE[:700], LARGE[700:]), "Transfer-Encoding: chunked"
+        ),
+    ],
+    ids=["content-length", "close-delimited", "chunked"],
+)
+def test_a_reply_over_the_cap_is_cut_and_never_printed(monkeypatch, reply):
+    monkeypatch.setattr(signet_hook, "MAX_RESPONSE_BYTES", 1000)
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    assert result.delivered
+    assert result.body == LARGE[:1001]  # one byte over the cap: enough to know
+    stdout = io.BytesIO()
+    signet_hook.emit_reply(result.body, stdout)
+    assert stdout.getvalue() == b""
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        http_reply("HTTP/1.1 200 OK", b'{"a": ', "Content-Length: 100"),
+        http_reply("HTTP/1.1 200 OK", b'10\r\n{"a": ', "Transfer-Encoding: chunked"),
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+    ],
+    ids=["short-content-length", "short-chunk", "in-the-headers"],
+)
+def test_a_2xx_reply_cut_short_is_delivered_but_not_printed(reply):
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    # The server answered 2xx: it has the event, so it is not queued; half a reply is no reply.
+    assert result.delivered
+    assert result.body == b""
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (b"", "server unreachable (RemoteDisconnected)"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "server unreachable (BadStatusLine)"),
+        (b"HTTP/1.1 2000 OK\r\n\r\n", "server unreachable (BadStatusLine)"),
+        (
+            http_reply("HTTP/1.1 200 OK", b"{}", "Content-Length: 2x"),
+            "server unreachable (InvalidContentLength)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 101 + b"\r\n",
+            "server unreachable (TooManyHeaders)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n",
+            "server unreachable (LineTooLong)",
+        ),
+    ],
+    ids=["closed-before-answering", "not-http", "bad-status", "bad-length", "headers", "line"],
+)
+def test_no_usable_answer_is_retryable(reply, error):
+    with raw_peer(reply) as (url, _):
+        result = post(url)
+
+    assert result.status is None
+    assert result.retryable
+    assert result.describe() == error
+
+
+def test_a_server_that_never_answers_is_given_up_at_the_deadline():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)  # connections complete in the backlog; none is ever read
+        started = time.monotonic()
+
+        result = post(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.3)
+
+    assert time.monotonic() - started < 2
+    assert result.describe() == "server unreachable (timed out)"
+    assert result.retryable
+
+
+def test_a_refused_connection_is_retryable():
+    result = post(closed_port_url())
+
+    assert result.status is None
+    assert result.describe().startswith("server unreachable (")
+    assert "refused" in result.describe()
+
+
+def test_an_ip_literal_is_not_looked_up_and_a_name_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookup = _socket.getaddrinfo
+    looked_up: list[str] = []
+
+    def recording_lookup(host: str, *args: Any) -> Any:
+        looked_up.append(host)
+        return lookup(host, *args)
+
+    monkeypatch.setattr(_socket, "getaddrinfo", recording_lookup)  # what the hook calls
+    reply = http_reply("HTTP/1.1 200 OK", b"{}", "Content-Length: 2")
+    with raw_peer(reply) as (url, _):
+        assert post(url).delivered
+    with raw_peer(reply) as (url, _):
+        assert post(url.replace("127.0.0.1", "localhost")).delivered
+
+    assert looked_up == ["localhost"]
+
+
+@pytest.mark.parametrize(
+    ("url", "target"),
+    [
+        (
+            "http://127.0.0.1:8000/api/hooks/claude-code/",
+            ("127.0.0.1", 8000, "127.0.0.1:8000", "/api/hooks/claude-code/"),
+        ),
+        ("HTTP://Signet.test/base/api/", ("Signet.test", 80, "Signet.test", "/base/api/")),
+        ("http://signet.test:/api/?q=1", ("signet.test", 80, "signet.test:", "/api/?q=1")),
+        ("https://signet.test/api/", None),  # TLS: urllib
+        ("http://user:pw@signet.test/api/", None),
+        ("http://[::1]:8000/api/", None),
+        ("http://signet.test:99999/api/", None),
+        ("http://signet.test:8o/api/", None),
+        ("http://signet.test/api/#top", None),
+        ("http://signét.test/api/", None),
+        ("http://signet.test?x/api/", None),
+    ],
+)
+def test_which_urls_the_socket_client_takes(url, target):
+    assert signet_hook._http_target(url) == target
+
+
+def test_a_proxy_variable_sends_remote_urls_to_urllib_but_not_local_ones(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
+
+    assert signet_hook._http_target("http://signet.test/api/") is None
+    assert signet_hook._http_target("http://localhost:8000/api/") is not None
+    assert signet_hook._http_target("http://127.0.0.1:8000/api/") is not None
+
+
+def test_urllib_still_carries_what_the_socket_client_leaves_to_it(monkeypatch):
+    # A proxy variable and a remote host: urllib sends the request to the proxy (here the
+    # recording server), with the absolute URL as its target.
+    with recording_server((200, b"{}")) as (proxy, received):
+        monkeypatch.setenv("http_proxy", proxy)
+        result = signet_hook.post_event(
+            "http://signet.invalid/api/hooks/claude-code/",
+            b'{"a": 1}',
+            token=TOKEN,
+            key="k" * 32,
+            timeout=5,
+        )
+
+    assert (result.status, result.body) == (200, b"{}")
+    assert received[0].path == "http://signet.invalid/api/hooks/claude-code/"
+    assert received[0].headers["Idempotency-Key"] == "k" * 32
+    assert received[0].body == {"a": 1}
+
+
+# --- what replaces the heavy imports ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        b'{"a": [1, 2.5, -3e10, true, false, null], "b": {"c": "d\\u00e9\\ud83d\\ude00"}}',
+        b' \n\t{"x": 1}\r\n ',
+        '{"é": "ü 😀"}'.encode(),
+        b"[NaN, Infinity, -Infinity, 1e999]",
+        b"123456789012345678901234567890",
+        '\ufeff{"bom": 1}'.encode(),  # json.loads' own encoding detection handles these two
+        '{"wide": 1}'.encode("utf-16"),
+        b'"\xed\xa0\x80"',  # a lone surrogate, which json.loads lets through
+    ],
+)
+def test_loads_is_json_loads(document):
+    assert repr(signet_hook._loads(document)) == repr(json.loads(document))  # NaN != NaN
+
+
+@pytest.mark.parametrize("document", [b"", b" ", b"{", b"[1] x", b"{'a': 1}", b"\xff", b'"\x01"'])
+def test_loads_refuses_what_json_loads_refuses(document):
+    with pytest.raises((json.JSONDecodeError, UnicodeDecodeError)) as refused:
+        json.loads(document)
+    with pytest.raises(type(refused.value), match=re.escape(str(refused.value))):
+        signet_hook._loads(document)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, 2.5, None, True, False], "é": '😀\n\t"', "n": float("nan"), "i": float("inf")},
+        {"big": 10**30, "nested": {"x": [{}, []]}, "": ""},
+        {},
+    ],
+)
+def test_dumps_is_json_dumps(value):
+    assert signet_hook._dumps(value) == json.dumps(value)
+    assert signet_hook._dumps(value, compact=True) == json.dumps(value, separators=(",", ":"))
+
+
+def test_dumps_refuses_what_json_dumps_refuses() -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        signet_hook._dumps({"a": object()})
+    with pytest.raises(ValueError, match="Circular reference"):
+        signet_hook._dumps(cyclic)
+
+
+def test_keys_are_random_uuid4s():
+    keys = {signet_hook._new_key() for _ in range(200)}
+
+    assert len(keys) == 200
+    for key in keys:
+        parsed = uuid.UUID(hex=key)
+        assert (parsed.hex, parsed.version, parsed.variant) == (key, 4, uuid.RFC_4122)
+
+
+def options_tuple(options: signet_hook.Options) -> tuple[Any, ...]:
+    return (options.url, options.harness, options.token_env, options.timeout, options.outbox)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["claude-code"],
+        ["--url", "http://h:1", "--token-env", "T", "--timeout", "2", "--outbox", "o", "x-y"],
+        ["--url=http://h:1/", "claude-code", "--timeout=3", "--token-env="],
+        ["--url", "http://h:1", "--url", "http://h:2", "claude-code"],
+        ["--ur", "http://h:1", "--time", "9", "claude-code"],  # abbreviations: argparse's
+        ["--timeout", "-1", "claude-code"],  # a negative number: argparse's
+        ["--", "claude-code"],
+    ],
+)
+def test_the_hand_parser_agrees_with_argparse(monkeypatch, argv):
+    for name in ("SIGNET_URL", "SIGNET_HOOK_TIMEOUT", "SIGNET_OUTBOX"):
+        monkeypatch.delenv(name, raising=False)
+    fast = signet_hook.parse_args(argv)
+    monkeypatch.setattr(signet_hook, "_split_argv", lambda argv: None)
+
+    assert options_tuple(fast) == options_tuple(signet_hook.parse_args(argv))
+
+
+def test_the_installed_command_line_needs_no_argparse():
+    argv = ["--url", "http://127.0.0.1:8000", "--token-env", "SIGNET_TOKEN", "claude-code"]
+
+    assert signet_hook._split_argv(argv) == {
+        "url": "http://127.0.0.1:8000",
+        "token_env": "SIGNET_TOKEN",
+        "harness": "claude-code",
+    }
+    assert signet_hook._split_argv(["--help", "claude-code"]) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--url"], ["--bogus", "claude-code"], ["a", "b"], ["--url", "--timeout", "claude-code"]],
+)
+def test_command_line_mistakes_are_usage_errors(argv):
+    with pytest.raises(signet_hook.HookError, match=r"^usage: "):
+        signet_hook.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["Claude"], "invalid harness name"),
+        (["claude-code\n"], "invalid harness name"),
+        (["--url", "ftp://h", "claude-code"], "must be an http(s) URL"),
+        (["--url", "localhost:8000", "claude-code"], "must be an http(s) URL"),
+        (["--url", "http://", "claude-code"], "must be an http(s) URL"),
+    ],
+)
+def test_bad_values_are_refused(argv, message):
+    with pytest.raises(signet_hook.HookError, match=re.escape(message)):
+        signet_hook.parse_args(argv)
+
+
+def test_help_still_works(env):
+    proc = run_hook(env, b"", "--help")
+
+    assert proc.returncode == 0
+    assert proc.stdout.startswith(b"usage: signet_hook.py")
+    assert b"--token-env" in proc.stdout
+
+
+def test_the_common_path_imports_no_heavy_module(env):
+    # What keeps the hook fast, pinned without a timing: a delivery (with its reply and a
+    # look at the outbox) loads none of the modules whose imports cost more than the request.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
+    )
+    with recording_server((200, REPLY)) as (url, received):
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
+            input=SESSION_START,
+            capture_output=True,
+            env=env,
+            cwd=PROJECT_DIR,
+            timeout=15,
+            check=False,
+        )
+
+    assert proc.stdout == REPLY
+    assert len(received) == 1
+    heavy = {
+        "argparse", "collections", "contextlib", "dataclasses", "datetime", "email", "enum",
+        "functools", "http", "json", "pathlib", "re", "socket", "tempfile", "threading",
+        "typing", "urllib", "uuid",
+    }  # fmt: skip
+    assert set(proc.stderr.decode().split()) & heavy == set()

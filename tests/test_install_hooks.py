@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +17,12 @@ from django.core.management import CommandError, call_command
 
 from hooks import install
 from hooks.install import InstallError, install_claude_code, uninstall_claude_code
+from tests.test_hook_client import REPLY, SESSION_START, recording_server
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "claude_code" / "settings.json"
 HOOK_SCRIPT = Path(install.__file__).resolve().with_name("signet_hook.py")
+# The interpreter running the tests, a virtualenv's: the installer names the binary behind it.
+REAL_PYTHON = os.path.realpath(sys.executable)
 EVENTS = [
     "SessionStart",
     "UserPromptSubmit",
@@ -65,6 +73,47 @@ def backups(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.signet-backup-*"))
 
 
+def session_start_command(
+    *, url: str, token_env: str, python: str = f'"{REAL_PYTHON}"', script: Path = HOOK_SCRIPT
+) -> str:
+    return (
+        f"{python} -I -S -c {shlex.quote(install.HOOK_BOOTSTRAP)} "
+        f'"{script}" --url {url} --token-env {token_env} claude-code'
+    )
+
+
+def installed_command(settings_path: Path) -> str:
+    command = signet_handlers(load(settings_path))["SessionStart"][0]["command"]
+    assert isinstance(command, str)
+    return command
+
+
+def run_command(
+    command: str, *, tmp_path: Path, payload: bytes = SESSION_START
+) -> subprocess.CompletedProcess[bytes]:
+    """``command`` as Claude Code runs it: through a shell, in the agent's project folder."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SIGNET_")}
+    env.update(
+        HOME=str(tmp_path), SIGNET_TOKEN="sgt_test", SIGNET_OUTBOX=str(tmp_path / "outbox.jsonl")
+    )
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    return subprocess.run(
+        ["/bin/sh", "-c", command],
+        input=payload,
+        capture_output=True,
+        env=env,
+        cwd=project,
+        timeout=15,
+        check=False,
+    )
+
+
+def copy_hook(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(HOOK_SCRIPT, directory / "signet_hook.py"))
+
+
 @pytest.fixture
 def settings_file(tmp_path: Path) -> Path:
     target = tmp_path / "claude" / "settings.json"
@@ -110,11 +159,11 @@ def test_install_into_fixture_adds_every_event_and_keeps_foreign_hooks(settings_
     assert found["SessionEnd"][0]["timeout"] == 5
     assert found["SessionStart"][0] == {
         "type": "command",
-        "command": f'python3 "{HOOK_SCRIPT}" --url http://signet.test:9000 '
-        "--token-env MY_TOKEN claude-code",
+        "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),
         "timeout": 10,
         "_matcher": "startup|resume|clear|compact",
     }
+    assert result.interpreter == REAL_PYTHON
     # The foreign SessionStart group comes first, Signet's after it.
     assert after["hooks"]["SessionStart"][0] == original["hooks"]["SessionStart"][0]
 
@@ -302,13 +351,97 @@ def test_writes_through_a_symlink(tmp_path):
     assert "hooks" in load(real)
 
 
-def test_hook_script_path_with_shell_characters_is_quoted(tmp_path):
-    script = tmp_path / 'we"ird $dir' / "signet_hook.py"
+def test_paths_with_shell_characters_are_quoted_and_the_command_still_runs(tmp_path):
+    script = copy_hook(tmp_path / 'we"ird $dir `x`')
+    python = tmp_path / "py $HOME" / "python"
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)
+
+    with recording_server((200, REPLY)) as (url, received):
+        install_claude_code(
+            tmp_path / "s.json", url=url, hook_script=script, interpreter=str(python)
+        )
+        command = installed_command(tmp_path / "s.json")
+        proc = run_command(command, tmp_path=tmp_path)
+
+    assert command.startswith(f'"{tmp_path}/py \\$HOME/python" -I -S -c ')
+    assert f' "{tmp_path}/we\\"ird \\$dir \\`x\\`/signet_hook.py" --url ' in command
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, REPLY, b"")
+    assert len(received) == 1
+
+
+def test_the_installed_command_delivers_and_no_module_of_the_project_can_stand_in(tmp_path):
+    # The command runs in the agent's project folder; -I keeps that folder off sys.path, so
+    # a module there never replaces the hook or what it imports (datetime: for the outbox).
+    project = tmp_path / "project"
+    project.mkdir()
+    for decoy in ("signet_hook.py", "datetime.py", "os.py", "json.py"):
+        (project / decoy).write_text("raise SystemExit('hijacked')\n")
+    target = tmp_path / "settings.json"
+
+    with recording_server((200, REPLY), (503, b"")) as (url, received):
+        install_claude_code(target, url=url)
+        delivered = run_command(installed_command(target), tmp_path=tmp_path)
+        queued = run_command(installed_command(target), tmp_path=tmp_path)
+
+    assert (delivered.returncode, delivered.stdout, delivered.stderr) == (0, REPLY, b"")
+    assert received[0].path == "/api/hooks/claude-code/"
+    assert received[0].headers["Authorization"] == "Bearer sgt_test"
+    assert queued.returncode == 0
+    assert queued.stderr.startswith(b"signet-hook: HTTP 503; event queued")
+    assert len((tmp_path / "outbox.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_installed_command_fails_open_like_the_script(tmp_path):
+    target = tmp_path / "settings.json"
+    install_claude_code(target, url="http://127.0.0.1:9")  # nothing listens on port 9
+
+    proc = run_command(installed_command(target), tmp_path=tmp_path)
+
+    assert proc.returncode == 0
+    assert proc.stdout == b""
+    assert proc.stderr.startswith(b"signet-hook: server unreachable")
+    assert len((tmp_path / "outbox.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_default_interpreter_is_the_real_binary_behind_this_one():
+    assert install.default_interpreter() == REAL_PYTHON
+    assert not os.path.islink(REAL_PYTHON)
+    assert os.access(REAL_PYTHON, os.X_OK)
+
+
+@pytest.mark.parametrize("executable", ["", "/nonexistent/bin/python3"])
+def test_without_a_real_interpreter_the_command_falls_back_to_python3(
+    tmp_path, monkeypatch, executable
+):
+    monkeypatch.setattr(sys, "executable", executable)
+
+    result = install_claude_code(tmp_path / "s.json", url="http://127.0.0.1:8000")
+
+    assert result.interpreter == "python3"
+    assert installed_command(tmp_path / "s.json") == session_start_command(
+        url="http://127.0.0.1:8000", token_env="SIGNET_TOKEN", python="python3"
+    )
+
+
+def test_an_interpreter_that_is_not_there_is_refused(tmp_path):
+    with pytest.raises(InstallError, match="not an executable"):
+        install_claude_code(tmp_path / "s.json", interpreter=str(tmp_path / "python9"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hook_script_under_another_name_is_refused(tmp_path):
+    with pytest.raises(InstallError, match=r"must be named signet_hook\.py"):
+        install_claude_code(tmp_path / "s.json", hook_script=tmp_path / "hook.py")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_install_caches_the_hooks_bytecode_beside_it(tmp_path):
+    script = copy_hook(tmp_path / "hooks")
 
     install_claude_code(tmp_path / "s.json", hook_script=script)
 
-    command = signet_handlers(load(tmp_path / "s.json"))["SessionStart"][0]["command"]
-    assert command.startswith(f'python3 "{tmp_path}/we\\"ird \\$dir/signet_hook.py" --url ')
+    assert Path(importlib.util.cache_from_source(str(script))).is_file()
 
 
 def test_management_command_installs_and_uninstalls(tmp_path, capsys):
@@ -327,6 +460,7 @@ def test_management_command_installs_and_uninstalls(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"Created {target}" in out
     assert "SessionStart, UserPromptSubmit, PostToolUse" in out
+    assert f"SessionStart hook runs with: {REAL_PYTHON}" in out
     assert "export TEAM_SIGNET=..." in out
     assert "create_token --user NAME --scopes ingest,read" in out
     assert signet_handlers(load(target))["Stop"][0]["url"] == (
@@ -360,6 +494,21 @@ def test_management_command_reports_invalid_json(tmp_path):
         call_command("install_hooks", "claude-code", "--settings-file", str(target))
 
     assert target.read_text() == "{nope"
+
+
+def test_management_command_takes_an_interpreter(tmp_path, capsys):
+    target = tmp_path / "settings.json"
+
+    call_command(
+        "install_hooks", "claude-code", "--settings-file", str(target), "--python", sys.executable
+    )
+
+    assert installed_command(target).startswith(f'"{sys.executable}" -I -S -c ')
+    assert f"SessionStart hook runs with: {sys.executable}" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="not an executable"):
+        call_command(
+            "install_hooks", "claude-code", "--settings-file", str(target), "--python", "nope9"
+        )
 
 
 def test_management_command_defaults_to_the_home_settings(tmp_path, monkeypatch, capsys):

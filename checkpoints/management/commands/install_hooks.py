@@ -1,5 +1,6 @@
 """``manage.py install_hooks claude-code [--url URL] [--settings-file PATH] [--token-env NAME]
-[--uninstall]``: write Signet's hooks into the harness's settings (or take them out).
+[--python PATH] [--uninstall]``: write Signet's hooks into the harness's settings (or take them
+out).
 
 A thin wrapper around ``hooks.install``; it touches no database. The file option is not
 ``--settings``: Django takes that one for every command (it sets DJANGO_SETTINGS_MODULE
@@ -45,6 +46,13 @@ class Command(BaseCommand):
             help=f"Environment variable the hooks read the token from ({DEFAULT_TOKEN_ENV}).",
         )
         parser.add_argument(
+            "--python",
+            help=(
+                "Interpreter (3.9+) for the SessionStart command hook, written as given "
+                "(default: the real binary behind the one running this command)."
+            ),
+        )
+        parser.add_argument(
             "--uninstall", action="store_true", help="Remove Signet's hooks, keep the rest."
         )
 
@@ -55,7 +63,10 @@ class Command(BaseCommand):
                 result = uninstall_claude_code(settings_path)
             else:
                 result = install_claude_code(
-                    settings_path, url=options["url"], token_env=options["token_env"]
+                    settings_path,
+                    url=options["url"],
+                    token_env=options["token_env"],
+                    interpreter=options["python"],
                 )
         except InstallError as exc:
             raise CommandError(str(exc)) from exc
@@ -80,6 +91,8 @@ class Command(BaseCommand):
                     self.stdout.write(
                         f"  replaced earlier Signet entries in: {', '.join(result.removed)}"
                     )
+                # Pinned by path: removing that Python breaks the hook until the next install.
+                self.stdout.write(f"  SessionStart hook runs with: {result.interpreter}")
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
         if not uninstall:
