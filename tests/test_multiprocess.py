@@ -5,7 +5,6 @@ on SQLite (the file lock and IMMEDIATE transactions) — not just threads in one
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.hookutil import FIXTURES
-from tests.test_serve import free_port
+from tests.test_serve import free_port, service_env
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 THREADS = 8
@@ -24,14 +23,9 @@ PROMPTS = 30
 
 def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
     port = free_port()
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
-    }
-    env.update(
-        SIGNET_DATA_DIR=str(tmp_path),
-        PORT=str(port),
+    env = service_env(
+        tmp_path,
+        port,
         WEB_CONCURRENCY="4",
         SIGNET_DEBOUNCE_SECONDS="0",
         SIGNET_PROMPT_INTERVAL="10",

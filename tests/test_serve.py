@@ -21,6 +21,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def service_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
+    """This environment as a new user's shell has it: SQLite in ``data_dir``, on ``port``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(SIGNET_DATA_DIR=str(data_dir), PORT=str(port), **extra)
+    return env
+
+
 def get(url: str) -> tuple[int, bytes]:
     with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310
         return response.status, response.read()
@@ -28,12 +39,7 @@ def get(url: str) -> tuple[int, bytes]:
 
 def test_serve_runs_web_and_scheduler_and_stops_cleanly_on_ctrl_c(tmp_path):
     port = free_port()
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
-    }
-    env.update(SIGNET_DATA_DIR=str(tmp_path), PORT=str(port), WEB_CONCURRENCY="2")
+    env = service_env(tmp_path, port, WEB_CONCURRENCY="2")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "serve"],
         cwd=PROJECT_DIR,
