@@ -155,3 +155,23 @@ def test_evidence_pages_load_and_checkpoints_are_read_only(client, superuser, ow
     assert b"Session Checkpoint" in detail.content
     search = client.get(reverse("admin:checkpoints_checkpoint_changelist") + "?q=shop")
     assert b"sess-1" in search.content
+
+
+def test_workers_racing_to_create_the_settings_row_all_get_it(monkeypatch):
+    # Every worker's first request finds no row; all but one lose the insert.
+    from checkpoints.services import config as config_module
+
+    real_get = ContinuityConfig.objects.get
+    calls = {"n": 0}
+
+    def get_after_another_worker_inserted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            ContinuityConfig.objects.create()  # the other worker wins the race here
+            raise ContinuityConfig.DoesNotExist
+        return real_get(*args, **kwargs)
+
+    monkeypatch.setattr(ContinuityConfig.objects, "get", get_after_another_worker_inserted)
+    config = config_module._config_load_or_create()
+    assert config.pk == 1
+    assert ContinuityConfig.objects.count() == 1

@@ -46,12 +46,13 @@ def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
 
     manage("migrate", "--noinput", "-v0")
     token = manage("create_token", "--user", "alice", "--scopes", "ingest").strip().splitlines()[-1]
+    log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--no-scheduler"],
         cwd=PROJECT_DIR,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}/api/hooks/claude-code/"
     body = json.loads((FIXTURES / "user_prompt_submit.json").read_text())
@@ -92,7 +93,8 @@ def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
-    assert not failures, failures[:3]
+    log.close()
+    assert not failures, (failures[:3], (tmp_path / "serve.log").read_text()[-4000:])
     counts = manage(
         "shell",
         "-c",

@@ -35,7 +35,10 @@ def _config_load_or_create() -> ContinuityConfig:
         pass
     defaults: dict[str, Any] = dict(settings.SIGNET_CONFIG_DEFAULTS)
     config = ContinuityConfig(pk=ContinuityConfig.SINGLETON_ID, **defaults)
-    config.full_clean()
+    # Field rules only: a uniqueness check here would race the other workers creating the
+    # row at the same moment (the insert below settles that race).
+    config.clean_fields()
+    config.clean()
     try:
         # Two workers may both find no row; the loser of the insert reads the winner's row.
         with transaction.atomic():

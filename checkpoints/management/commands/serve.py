@@ -25,6 +25,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints.management.commands.ensure_admin import admin_login_from_env, describe_login
+from checkpoints.services.config import config_get
 from checkpoints.services.schedules import schedules_ensure
 
 STOP_GRACE_SECONDS = 15
@@ -55,6 +56,7 @@ class Command(BaseCommand):
         call_command("createcachetable", verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         schedules_ensure()
+        config_get()  # the settings row exists before the first request races to create it
         login = admin_login_from_env()
 
         stopping = False
