@@ -1,11 +1,14 @@
-"""Reads: the queries views, the API and the admin share."""
+"""Reads: the queries views, the API and the admin share. Every one is owner-scoped."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
-from checkpoints.models import Session
+from checkpoints.models import Checkpoint, Session
 
 
 def session_list(*, owner: User, limit: int = 50) -> QuerySet[Session]:
@@ -15,3 +18,75 @@ def session_list(*, owner: User, limit: int = 50) -> QuerySet[Session]:
         .annotate(checkpoint_total=Count("checkpoints"))
         .order_by("-last_activity_at")[:limit]
     )
+
+
+def session_queryset(*, owner: User) -> QuerySet[Session]:
+    """The owner's sessions with checkpoint and injection counts and the predecessor's key."""
+    return (
+        Session.objects.filter(owner=owner)
+        .select_related("previous_session")
+        .annotate(
+            checkpoint_total=Count("checkpoints", distinct=True),
+            injection_total=Count("injections", distinct=True),
+        )
+    )
+
+
+def session_get(*, owner: User, session_key: str) -> Session | None:
+    """One of the owner's sessions by key, with its counts; None when it is not theirs."""
+    return session_queryset(owner=owner).filter(session_key=session_key).first()
+
+
+@dataclass(frozen=True)
+class CheckpointFilters:
+    project: str = ""
+    session: str = ""
+    harness: str = ""
+    trigger: str = ""
+    agent: str = ""
+    before: datetime | None = None
+    after: datetime | None = None
+    q: str = ""
+
+
+def checkpoint_list(*, owner: User, filters: CheckpointFilters) -> QuerySet[Checkpoint]:
+    """The owner's checkpoints matching ``filters``, newest first."""
+    checkpoints = Checkpoint.objects.filter(owner=owner)
+    if filters.project:
+        checkpoints = checkpoints.filter(project_normalized=filters.project)
+    if filters.session:
+        checkpoints = checkpoints.filter(session_key=filters.session)
+    if filters.harness:
+        checkpoints = checkpoints.filter(harness=filters.harness)
+    if filters.trigger:
+        checkpoints = checkpoints.filter(trigger=filters.trigger)
+    if filters.agent:
+        checkpoints = checkpoints.filter(agent_id=filters.agent)
+    if filters.before:
+        checkpoints = checkpoints.filter(created_at__lt=filters.before)
+    if filters.after:
+        checkpoints = checkpoints.filter(created_at__gt=filters.after)
+    if filters.q:
+        checkpoints = checkpoints.filter(digest__icontains=filters.q)
+    return checkpoints.order_by("-created_at", "-id")
+
+
+def checkpoints_of_session(*, owner: User, session_key: str) -> QuerySet[Checkpoint]:
+    """All of one session's checkpoints, oldest first."""
+    return Checkpoint.objects.filter(owner=owner, session_key=session_key).order_by(
+        "created_at", "id"
+    )
+
+
+def checkpoint_latest(*, owner: User, session_key: str) -> Checkpoint | None:
+    """The newest checkpoint of one of the owner's sessions."""
+    return (
+        Checkpoint.objects.filter(owner=owner, session_key=session_key)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def checkpoint_get(*, owner: User, session_key: str, checkpoint_id: str) -> Checkpoint | None:
+    """One checkpoint, only if it is the owner's and belongs to that session."""
+    return Checkpoint.objects.filter(owner=owner, session_key=session_key, id=checkpoint_id).first()

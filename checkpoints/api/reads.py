@@ -1,0 +1,195 @@
+"""The read API: checkpoints, sessions and the recovery context, owner-scoped.
+
+Another owner's data answers 404, exactly like data that does not exist, so a key or an
+id can never be probed for. One class per operation, as the style guide keeps them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.http import Http404
+from django.utils import timezone
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.api.serializers import (
+    MAX_PAGE,
+    CheckpointDetailSerializer,
+    CheckpointQuerySerializer,
+    CheckpointSerializer,
+    RecoveryQuerySerializer,
+    SessionSerializer,
+)
+from checkpoints.models import Session
+from checkpoints.selectors import (
+    CheckpointFilters,
+    checkpoint_get,
+    checkpoint_latest,
+    checkpoint_list,
+    checkpoints_of_session,
+    session_get,
+    session_queryset,
+)
+from checkpoints.services.config import config_get
+from checkpoints.services.recovery import recovery_find, recovery_render
+
+
+class NewestFirst(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 10
+    page_size_query_param = "limit"
+    max_page_size = MAX_PAGE
+
+
+class OldestFirst(NewestFirst):
+    ordering = ("created_at", "id")
+    page_size = MAX_PAGE
+
+
+class RecentlyActive(NewestFirst):
+    ordering = ("-last_activity_at", "-id")
+    page_size = 20
+
+
+def _owner(request: Request) -> User:
+    assert isinstance(request.user, User)  # token authentication guarantees it
+    return request.user
+
+
+def _paginated(
+    request: Request, view: APIView, paginator: CursorPagination, rows: Any, serializer: Any
+) -> Response:
+    page: list[Any] | None = paginator.paginate_queryset(rows, request, view=view)
+    return paginator.get_paginated_response(serializer(page, many=True).data)
+
+
+class CheckpointListApi(APIView):
+    """``GET /api/checkpoints/``: recent checkpoints, filtered, newest first, by cursor."""
+
+    required_scope = "read"
+
+    def get(self, request: Request) -> Response:
+        query = CheckpointQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = {k: v for k, v in query.validated_data.items() if k != "limit"}
+        rows = checkpoint_list(owner=_owner(request), filters=CheckpointFilters(**params))
+        return _paginated(request, self, NewestFirst(), rows, CheckpointSerializer)
+
+
+class SessionCheckpointsApi(APIView):
+    """``GET /api/checkpoints/<session_key>/``: a session's checkpoints, oldest first."""
+
+    required_scope = "read"
+
+    def get(self, request: Request, session_key: str) -> Response:
+        owner = _owner(request)
+        if not Session.objects.filter(owner=owner, session_key=session_key).exists():
+            raise Http404
+        rows = checkpoints_of_session(owner=owner, session_key=session_key)
+        return _paginated(request, self, OldestFirst(), rows, CheckpointSerializer)
+
+
+class CheckpointLatestApi(APIView):
+    """``GET /api/checkpoints/<session_key>/latest/``: a session's newest checkpoint."""
+
+    required_scope = "read"
+
+    def get(self, request: Request, session_key: str) -> Response:
+        checkpoint = checkpoint_latest(owner=_owner(request), session_key=session_key)
+        if checkpoint is None:
+            raise Http404
+        return Response(CheckpointDetailSerializer(checkpoint).data)
+
+
+class CheckpointDetailApi(APIView):
+    """``GET /api/checkpoints/<session_key>/<id>/``: one checkpoint in full."""
+
+    required_scope = "read"
+
+    def get(self, request: Request, session_key: str, checkpoint_id: str) -> Response:
+        try:
+            wanted = str(uuid.UUID(checkpoint_id))
+        except ValueError:
+            raise Http404 from None
+        checkpoint = checkpoint_get(
+            owner=_owner(request), session_key=session_key, checkpoint_id=wanted
+        )
+        if checkpoint is None:
+            raise Http404
+        return Response(CheckpointDetailSerializer(checkpoint).data)
+
+
+class SessionListApi(APIView):
+    """``GET /api/sessions/``: sessions with counts, most recently active first."""
+
+    required_scope = "read"
+
+    def get(self, request: Request) -> Response:
+        rows = session_queryset(owner=_owner(request))
+        return _paginated(request, self, RecentlyActive(), rows, SessionSerializer)
+
+
+class SessionDetailApi(APIView):
+    """``GET /api/sessions/<session_key>/``: one session with counts and lineage."""
+
+    required_scope = "read"
+
+    def get(self, request: Request, session_key: str) -> Response:
+        session = session_get(owner=_owner(request), session_key=session_key)
+        if session is None:
+            raise Http404
+        return Response(SessionSerializer(session).data)
+
+
+class RecoveryApi(APIView):
+    """``GET /api/recovery/?session=…|project=…``: the context that would be injected now.
+
+    A preview: nothing is recorded as injected.
+    """
+
+    required_scope = "read"
+
+    def get(self, request: Request) -> Response:
+        query = RecoveryQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        owner = _owner(request)
+        params = query.validated_data
+        if params.get("session"):
+            found = session_get(owner=owner, session_key=params["session"])
+            if found is None:
+                raise Http404
+            session = found
+        else:  # what a new session in this project would get
+            session = Session(owner=owner, session_key="", project_normalized=params["project"])
+        config, now = config_get(), timezone.now()
+        match = recovery_find(owner=owner, session=session, config=config, now=now)
+        if match is None:
+            return Response({"context": "", "size_chars": 0, "omitted": [], "checkpoint": None})
+        context = recovery_render(
+            checkpoint=match.checkpoint,
+            match=match.match,
+            config=config,
+            now=now,
+            current_branch=session.git_branch,
+            budget=params.get("budget"),
+        )
+        checkpoint = match.checkpoint
+        return Response(
+            {
+                "context": context.text,
+                "size_chars": len(context.text),
+                "omitted": context.omitted,
+                "match": match.match,
+                "checkpoint": {
+                    "id": str(checkpoint.id),
+                    "session_key": checkpoint.session_key,
+                    "trigger": checkpoint.trigger,
+                    "created_at": checkpoint.created_at,
+                },
+            }
+        )
