@@ -179,6 +179,8 @@ SIGNET_TRANSCRIPT_ROOTS: list[str] = env.list(
 # Hook payloads and API bodies: anything larger is refused before it is parsed.
 SIGNET_MAX_BODY_BYTES = env.int("SIGNET_MAX_BODY_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = SIGNET_MAX_BODY_BYTES
+# The opaque runtime state an explicit checkpoint may carry, as JSON.
+SIGNET_MAX_STATE_BYTES = env.int("SIGNET_MAX_STATE_BYTES", default=256 * 1024)
 
 # --- REST framework -----------------------------------------------------------------------
 REST_FRAMEWORK: dict[str, Any] = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -11,6 +13,11 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Wrap DRF's handler so clients can branch on a stable ``error`` code."""
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.SIGNET_MAX_BODY_BYTES
+        return Response(
+            {"error": "too_large", "detail": f"The body is over {limit} bytes."}, status=413
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rest_framework import serializers
@@ -121,4 +122,58 @@ class RecoveryQuerySerializer(serializers.Serializer[Any]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if bool(attrs.get("session")) == bool(attrs.get("project")):
             raise serializers.ValidationError("Give exactly one of 'session' or 'project'.")
+        return attrs
+
+
+TEXT_ITEM = 2000
+LIST_ITEMS = 50
+
+
+def _text_list(max_items: int = LIST_ITEMS, max_chars: int = TEXT_ITEM) -> Any:
+    return serializers.ListField(
+        child=serializers.CharField(max_length=max_chars, allow_blank=False),
+        max_length=max_items,
+        required=False,
+    )
+
+
+class CheckpointCaptureSerializer(serializers.Serializer[Any]):
+    """``POST /api/checkpoints/``: an explicit or agent checkpoint."""
+
+    session_key = serializers.CharField(max_length=255)
+    project = serializers.CharField(max_length=1024, required=False, allow_blank=True)
+    harness = serializers.ChoiceField(choices=Harness.choices, default=Harness.API)
+    trigger = serializers.ChoiceField(
+        choices=[Trigger.EXPLICIT.value, Trigger.AGENT.value], default=Trigger.EXPLICIT.value
+    )
+    digest = serializers.CharField(max_length=100_000, required=False, allow_blank=True)
+    current_task = serializers.CharField(max_length=TEXT_ITEM, required=False, allow_blank=True)
+    decisions = _text_list()
+    open_questions = _text_list()
+    blockers = _text_list()
+    next_steps = _text_list()
+    files = _text_list(max_chars=1024)
+    agent_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    tags = _text_list(max_items=20, max_chars=64)
+    state = serializers.JSONField(required=False)
+
+    def validate_session_key(self, value: str) -> str:
+        if not value.strip() or "/" in value:
+            raise serializers.ValidationError("A session key is non-blank and has no '/'.")
+        return value.strip()
+
+    def validate_state(self, value: Any) -> Any:
+        from django.conf import settings
+
+        limit = settings.SIGNET_MAX_STATE_BYTES
+        if len(json.dumps(value, ensure_ascii=False).encode()) > limit:
+            raise serializers.ValidationError(f"'state' is over {limit} bytes as JSON.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        content_fields = ("digest", "current_task", "decisions", "open_questions", "blockers")
+        if not any(attrs.get(name) for name in (*content_fields, "next_steps", "files", "state")):
+            raise serializers.ValidationError(
+                "Send a digest or at least one structured field (task, decisions, …)."
+            )
         return attrs

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from checkpoints.harnesses.base import Event, EventKind, Outcome, clean_text
-from checkpoints.models import ContinuityConfig, HookDelivery, Session, Trigger
+from checkpoints.models import Checkpoint, ContinuityConfig, HookDelivery, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.projects import project_identify
@@ -510,4 +510,38 @@ def hook_deliveries_prune(*, now: datetime | None = None, keep_days: int = 7) ->
     """Forget idempotency keys older than ``keep_days``: no client replays that late."""
     cutoff = (now or timezone.now()) - timedelta(days=keep_days)
     deleted, _ = HookDelivery.objects.filter(created_at__lt=cutoff).delete()
+    return deleted
+
+
+def checkpoint_capture(
+    *,
+    owner: User,
+    session_key: str,
+    project: str,
+    harness: str,
+    trigger: str,
+    content: CheckpointContent,
+) -> Checkpoint:
+    """Write an explicit or agent checkpoint (the API, the MCP tool), creating the session
+    if needed. Same locking as hook events, so it never races the session's own stream."""
+    config = config_get()
+    event = Event(kind=EventKind.UNKNOWN, harness=harness, session_key=session_key, cwd=project)
+    now = timezone.now()
+    with write_serialized(), transaction.atomic():
+        session = _session_lock(owner=owner, event=event, now=now)
+        now = max(now, timezone.now())
+        checkpoint = checkpoint_write(
+            session=session, trigger=trigger, config=config, now=now, content=content
+        )
+        session.last_activity_at = now
+        session.save()
+    return checkpoint
+
+
+def checkpoints_delete(*, owner: User, session_key: str, checkpoint_id: str | None = None) -> int:
+    """Delete one checkpoint of a session, or all of them; the number deleted."""
+    rows = Checkpoint.objects.filter(owner=owner, session_key=session_key)
+    if checkpoint_id is not None:
+        rows = rows.filter(id=checkpoint_id)
+    deleted, _ = rows.delete()
     return deleted

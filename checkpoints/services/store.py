@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
 from checkpoints.services.redaction import redact, redact_clip, redact_data
@@ -30,7 +31,10 @@ class CheckpointContent:
     last_assistant_message: str = ""
     git_branch: str = ""
     context_tokens: int | None = None
-    narrative: str = ""  # the agent's own digest, kept verbatim (redacted)
+    narrative: str = ""  # a digest written by the agent or a client, kept verbatim (redacted)
+    agent_id: str = ""
+    tags: list[str] = field(default_factory=list)
+    state: Any = None  # a runtime's opaque serialised state (the API bounds its size)
 
 
 def _merge_unique(first: Sequence[str], then: Sequence[str], limit: int) -> list[str]:
@@ -117,12 +121,14 @@ def checkpoint_write(
         if content.context_tokens is not None
         else session.context_tokens,
         prompt_count=session.prompt_count,
+        agent_id=content.agent_id[:255],
+        tags=redact_data(content.tags),
+        state=redact_data(content.state),
         created_at=now,
     )
     checkpoint.digest = redact(
-        content.narrative if trigger == Trigger.AGENT and content.narrative
-        else digest_render(session=session, checkpoint=checkpoint, now=now)
-    )  # fmt: skip
+        content.narrative or digest_render(session=session, checkpoint=checkpoint, now=now)
+    )
     checkpoint.save(force_insert=True)
     _enforce_cap(session=session, keep=config.max_checkpoints_per_session)
     if trigger != Trigger.PERIODIC:

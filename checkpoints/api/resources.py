@@ -1,4 +1,4 @@
-"""The read API: checkpoints, sessions and the recovery context, owner-scoped.
+"""The REST resources: checkpoints (read, capture, delete), sessions, the recovery preview.
 
 Another owner's data answers 404, exactly like data that does not exist, so a key or an
 id can never be probed for. One class per operation, as the style guide keeps them.
@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from checkpoints.api.serializers import (
     MAX_PAGE,
+    CheckpointCaptureSerializer,
     CheckpointDetailSerializer,
     CheckpointQuerySerializer,
     CheckpointSerializer,
@@ -36,7 +37,9 @@ from checkpoints.selectors import (
     session_queryset,
 )
 from checkpoints.services.config import config_get
+from checkpoints.services.engine import checkpoint_capture, checkpoints_delete
 from checkpoints.services.recovery import recovery_find, recovery_render
+from checkpoints.services.store import CheckpointContent
 
 
 class NewestFirst(CursorPagination):
@@ -69,9 +72,35 @@ def _paginated(
 
 
 class CheckpointListApi(APIView):
-    """``GET /api/checkpoints/``: recent checkpoints, filtered, newest first, by cursor."""
+    """``GET /api/checkpoints/``: recent checkpoints, filtered, newest first, by cursor.
+    ``POST``: capture an explicit or agent checkpoint (``write``), creating the session."""
 
-    required_scope = "read"
+    required_scopes = {"GET": "read", "HEAD": "read", "POST": "write"}
+
+    def post(self, request: Request) -> Response:
+        data = CheckpointCaptureSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = data.validated_data
+        checkpoint = checkpoint_capture(
+            owner=_owner(request),
+            session_key=fields["session_key"],
+            project=fields.get("project", ""),
+            harness=fields["harness"],
+            trigger=fields["trigger"],
+            content=CheckpointContent(
+                narrative=fields.get("digest", ""),
+                current_task=fields.get("current_task", ""),
+                decisions=fields.get("decisions", []),
+                open_questions=fields.get("open_questions", []),
+                blockers=fields.get("blockers", []),
+                next_steps=fields.get("next_steps", []),
+                modified_files=fields.get("files", []),
+                agent_id=fields.get("agent_id", ""),
+                tags=fields.get("tags", []),
+                state=fields.get("state"),
+            ),
+        )
+        return Response(CheckpointDetailSerializer(checkpoint).data, status=201)
 
     def get(self, request: Request) -> Response:
         query = CheckpointQuerySerializer(data=request.query_params)
@@ -82,9 +111,17 @@ class CheckpointListApi(APIView):
 
 
 class SessionCheckpointsApi(APIView):
-    """``GET /api/checkpoints/<session_key>/``: a session's checkpoints, oldest first."""
+    """``GET /api/checkpoints/<session_key>/``: a session's checkpoints, oldest first.
+    ``DELETE``: delete them all (``write``)."""
 
-    required_scope = "read"
+    required_scopes = {"GET": "read", "HEAD": "read", "DELETE": "write"}
+
+    def delete(self, request: Request, session_key: str) -> Response:
+        owner = _owner(request)
+        if not Session.objects.filter(owner=owner, session_key=session_key).exists():
+            raise Http404
+        deleted = checkpoints_delete(owner=owner, session_key=session_key)
+        return Response({"deleted": deleted})
 
     def get(self, request: Request, session_key: str) -> Response:
         owner = _owner(request)
@@ -106,22 +143,38 @@ class CheckpointLatestApi(APIView):
         return Response(CheckpointDetailSerializer(checkpoint).data)
 
 
-class CheckpointDetailApi(APIView):
-    """``GET /api/checkpoints/<session_key>/<id>/``: one checkpoint in full."""
+def _checkpoint_id(raw: str) -> str:
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise Http404 from None
 
-    required_scope = "read"
+
+class CheckpointDetailApi(APIView):
+    """``GET /api/checkpoints/<session_key>/<id>/``: one checkpoint in full.
+    ``DELETE``: delete it (``write``)."""
+
+    required_scopes = {"GET": "read", "HEAD": "read", "DELETE": "write"}
 
     def get(self, request: Request, session_key: str, checkpoint_id: str) -> Response:
-        try:
-            wanted = str(uuid.UUID(checkpoint_id))
-        except ValueError:
-            raise Http404 from None
         checkpoint = checkpoint_get(
-            owner=_owner(request), session_key=session_key, checkpoint_id=wanted
+            owner=_owner(request),
+            session_key=session_key,
+            checkpoint_id=_checkpoint_id(checkpoint_id),
         )
         if checkpoint is None:
             raise Http404
         return Response(CheckpointDetailSerializer(checkpoint).data)
+
+    def delete(self, request: Request, session_key: str, checkpoint_id: str) -> Response:
+        deleted = checkpoints_delete(
+            owner=_owner(request),
+            session_key=session_key,
+            checkpoint_id=_checkpoint_id(checkpoint_id),
+        )
+        if not deleted:
+            raise Http404
+        return Response(status=204)
 
 
 class SessionListApi(APIView):
