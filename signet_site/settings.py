@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "django_q",
     "checkpoints",
 ]
@@ -197,6 +198,20 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS: dict[str, Any] = {
+    "TITLE": "Signet Continuity API",
+    "DESCRIPTION": "Session continuity for coding agents: hook ingestion, checkpoints, "
+    "sessions and recovery contexts. Authenticate with `Authorization: Bearer <token>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TriggerEnum": "checkpoints.models.Trigger",
+        "CaptureTriggerEnum": [("explicit", "Explicit"), ("agent", "Agent narrative")],
+    },
 }
 
 # --- Continuity defaults (the admin's ContinuityConfig starts from these) -----------------

@@ -10,12 +10,15 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.http.request import RawPostDataException
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from checkpoints.harnesses import adapter_for
+from checkpoints.api.schema import errors
+from checkpoints.harnesses import ADAPTERS, adapter_for
 from checkpoints.harnesses.base import PayloadError
 from checkpoints.services.engine import event_handle
 
@@ -34,6 +37,16 @@ class HookIngestApi(APIView):
     required_scope = "ingest"
     parser_classes: list[Any] = []  # the raw body is read and bounded here
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "harness", OpenApiTypes.STR, OpenApiParameter.PATH, enum=sorted(ADAPTERS)
+            )
+        ],
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 404, 413)},
+        description="The harness's raw hook payload; the reply is its native hook output.",
+    )
     def post(self, request: Request, harness: str) -> Response:
         adapter = adapter_for(harness)
         if adapter is None:

@@ -12,11 +12,15 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.http import Http404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from checkpoints.api.schema import errors, paginated
 from checkpoints.api.serializers import (
     MAX_PAGE,
     CheckpointCaptureSerializer,
@@ -40,6 +44,34 @@ from checkpoints.services.config import config_get
 from checkpoints.services.engine import checkpoint_capture, checkpoints_delete
 from checkpoints.services.recovery import recovery_find, recovery_render
 from checkpoints.services.store import CheckpointContent
+
+OpenApiParameterCursor = OpenApiParameter(
+    "cursor", OpenApiTypes.STR, description="The `next`/`previous` cursor of a page."
+)
+OpenApiParameterLimit = OpenApiParameter(
+    "limit", OpenApiTypes.INT, description=f"Page size, 1 to {MAX_PAGE}."
+)
+
+
+RecoveryPreviewSerializer = inline_serializer(
+    "RecoveryPreview",
+    {
+        "context": serializers.CharField(),
+        "size_chars": serializers.IntegerField(),
+        "omitted": serializers.ListField(child=serializers.CharField()),
+        "match": serializers.CharField(required=False),
+        "checkpoint": inline_serializer(
+            "RecoveredCheckpoint",
+            {
+                "id": serializers.UUIDField(),
+                "session_key": serializers.CharField(),
+                "trigger": serializers.CharField(),
+                "created_at": serializers.DateTimeField(),
+            },
+            allow_null=True,
+        ),
+    },
+)
 
 
 class NewestFirst(CursorPagination):
@@ -77,6 +109,11 @@ class CheckpointListApi(APIView):
 
     required_scopes = {"GET": "read", "HEAD": "read", "POST": "write"}
 
+    @extend_schema(
+        operation_id="checkpoint_capture",
+        request=CheckpointCaptureSerializer,
+        responses={201: CheckpointDetailSerializer, **errors(400, 413, 415)},
+    )
     def post(self, request: Request) -> Response:
         data = CheckpointCaptureSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -102,6 +139,11 @@ class CheckpointListApi(APIView):
         )
         return Response(CheckpointDetailSerializer(checkpoint).data, status=201)
 
+    @extend_schema(
+        operation_id="checkpoint_list",
+        parameters=[CheckpointQuerySerializer, OpenApiParameterCursor],
+        responses={200: paginated("CheckpointPage", CheckpointSerializer), **errors(400, 404)},
+    )
     def get(self, request: Request) -> Response:
         query = CheckpointQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -116,6 +158,13 @@ class SessionCheckpointsApi(APIView):
 
     required_scopes = {"GET": "read", "HEAD": "read", "DELETE": "write"}
 
+    @extend_schema(
+        operation_id="session_checkpoints_delete",
+        responses={
+            200: inline_serializer("Deleted", {"deleted": serializers.IntegerField()}),
+            **errors(404),
+        },
+    )
     def delete(self, request: Request, session_key: str) -> Response:
         owner = _owner(request)
         if not Session.objects.filter(owner=owner, session_key=session_key).exists():
@@ -123,6 +172,11 @@ class SessionCheckpointsApi(APIView):
         deleted = checkpoints_delete(owner=owner, session_key=session_key)
         return Response({"deleted": deleted})
 
+    @extend_schema(
+        operation_id="session_checkpoints_list",
+        parameters=[OpenApiParameterCursor, OpenApiParameterLimit],
+        responses={200: paginated("SessionCheckpointPage", CheckpointSerializer), **errors(404)},
+    )
     def get(self, request: Request, session_key: str) -> Response:
         owner = _owner(request)
         if not Session.objects.filter(owner=owner, session_key=session_key).exists():
@@ -136,6 +190,7 @@ class CheckpointLatestApi(APIView):
 
     required_scope = "read"
 
+    @extend_schema(responses={200: CheckpointDetailSerializer, **errors(404)})
     def get(self, request: Request, session_key: str) -> Response:
         checkpoint = checkpoint_latest(owner=_owner(request), session_key=session_key)
         if checkpoint is None:
@@ -156,6 +211,7 @@ class CheckpointDetailApi(APIView):
 
     required_scopes = {"GET": "read", "HEAD": "read", "DELETE": "write"}
 
+    @extend_schema(responses={200: CheckpointDetailSerializer, **errors(404)})
     def get(self, request: Request, session_key: str, checkpoint_id: str) -> Response:
         checkpoint = checkpoint_get(
             owner=_owner(request),
@@ -166,6 +222,7 @@ class CheckpointDetailApi(APIView):
             raise Http404
         return Response(CheckpointDetailSerializer(checkpoint).data)
 
+    @extend_schema(operation_id="checkpoint_delete", responses={204: None, **errors(404)})
     def delete(self, request: Request, session_key: str, checkpoint_id: str) -> Response:
         deleted = checkpoints_delete(
             owner=_owner(request),
@@ -182,6 +239,10 @@ class SessionListApi(APIView):
 
     required_scope = "read"
 
+    @extend_schema(
+        parameters=[OpenApiParameterCursor, OpenApiParameterLimit],
+        responses={200: paginated("SessionPage", SessionSerializer), **errors(400, 404)},
+    )
     def get(self, request: Request) -> Response:
         rows = session_queryset(owner=_owner(request))
         return _paginated(request, self, RecentlyActive(), rows, SessionSerializer)
@@ -192,6 +253,7 @@ class SessionDetailApi(APIView):
 
     required_scope = "read"
 
+    @extend_schema(responses={200: SessionSerializer, **errors(404)})
     def get(self, request: Request, session_key: str) -> Response:
         session = session_get(owner=_owner(request), session_key=session_key)
         if session is None:
@@ -207,6 +269,10 @@ class RecoveryApi(APIView):
 
     required_scope = "read"
 
+    @extend_schema(
+        parameters=[RecoveryQuerySerializer],
+        responses={200: RecoveryPreviewSerializer, **errors(400, 404)},
+    )
     def get(self, request: Request) -> Response:
         query = RecoveryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

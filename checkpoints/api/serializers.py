@@ -67,7 +67,7 @@ class CheckpointDetailSerializer(RedactedOutput):
 
 class SessionSerializer(RedactedOutput):
     previous_session_key = serializers.CharField(
-        source="previous_session.session_key", default=None, read_only=True
+        source="previous_session.session_key", default=None, read_only=True, allow_null=True
     )
     checkpoint_total = serializers.IntegerField(read_only=True)
     injection_total = serializers.IntegerField(read_only=True)

@@ -1,5 +1,8 @@
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import AllowAny
 
+import checkpoints.api.schema  # noqa: F401  (registers the bearer scheme)
 from checkpoints.api import resources
 from checkpoints.api.hooks import HookIngestApi
 from checkpoints.api.views import WhoAmIApi
@@ -30,4 +33,9 @@ urlpatterns = [
         "sessions/<str:session_key>/", resources.SessionDetailApi.as_view(), name="session-detail"
     ),
     path("recovery/", resources.RecoveryApi.as_view(), name="recovery"),
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[AllowAny]),
+        name="schema",
+    ),
 ]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from checkpoints.api.schema import errors
 from checkpoints.models import ApiToken
 
 
@@ -14,6 +17,25 @@ class WhoAmIApi(APIView):
 
     required_scope = "read"
 
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "WhoAmI",
+                {
+                    "user": serializers.CharField(),
+                    "token": inline_serializer(
+                        "TokenInfo",
+                        {
+                            "name": serializers.CharField(),
+                            "prefix": serializers.CharField(),
+                            "scopes": serializers.ListField(child=serializers.CharField()),
+                        },
+                    ),
+                },
+            ),
+            **errors(),
+        }
+    )
     def get(self, request: Request) -> Response:
         token = request.auth
         assert isinstance(token, ApiToken)  # guaranteed by HasTokenScope
