@@ -86,6 +86,10 @@ def _age(delta: timedelta) -> str:
     return f"{hours // 24} days ago"
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _one_line(text: str, limit: int = 400) -> str:
     return _shorten(" ".join(text.split()), limit)
 
@@ -149,12 +153,13 @@ def recovery_render(
         config.inject_budget_chars,
         HARNESS_CONTEXT_CAP_CHARS - 1,
     )
+    trigger = checkpoint.get_trigger_display().lower()
     where = {"session": "this session", "lineage": "the session this one continues"}.get(
         match, "the latest session in this project"
     )
     head = [
         HEADER,
-        f"Recovered from a {checkpoint.get_trigger_display().lower()} checkpoint of {where} "
+        f"Recovered from {_article(trigger)} {trigger} checkpoint of {where} "
         f"(`{_shorten(checkpoint.session_key, KEY_SHOWN_CHARS)}`), "
         f"taken {_age(now - checkpoint.created_at)} "
         f"after {checkpoint.prompt_count} prompt{'' if checkpoint.prompt_count == 1 else 's'}.",
