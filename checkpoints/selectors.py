@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import Count, QuerySet
 
 from checkpoints.models import Checkpoint, Session
@@ -44,6 +46,7 @@ class CheckpointFilters:
     harness: str = ""
     trigger: str = ""
     agent: str = ""
+    tag: str = ""
     before: datetime | None = None
     after: datetime | None = None
     q: str = ""
@@ -62,6 +65,12 @@ def checkpoint_list(*, owner: User, filters: CheckpointFilters) -> QuerySet[Chec
         checkpoints = checkpoints.filter(trigger=filters.trigger)
     if filters.agent:
         checkpoints = checkpoints.filter(agent_id=filters.agent)
+    if filters.tag:
+        # JSON "contains" has no SQLite implementation; the quoted element in the stored
+        # JSON text is exact on both databases (tags are short plain strings).
+        # PostgreSQL prints jsonb text unescaped; Django writes SQLite's JSON ASCII-escaped.
+        needle = json.dumps(filters.tag, ensure_ascii=connection.vendor != "postgresql")
+        checkpoints = checkpoints.filter(tags__icontains=needle)
     if filters.before:
         checkpoints = checkpoints.filter(created_at__lt=filters.before)
     if filters.after:

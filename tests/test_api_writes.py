@@ -137,3 +137,22 @@ def test_a_body_over_the_limit_is_413(client_for, owner, settings):
     assert response.status_code == 413
     assert response.json()["error"] == "too_large"
     assert not Checkpoint.objects.exists()
+
+
+def test_without_a_token_nothing_is_written_or_deleted(api_client, owner):
+    session = SessionFactory(owner=owner, session_key="s1")
+    checkpoint = CheckpointFactory(session=session)
+    assert post(api_client, CAPTURE).status_code == 401
+    assert api_client.delete(f"{URL}s1/{checkpoint.id}/").status_code == 401
+    assert api_client.delete(f"{URL}s1/").status_code == 401
+    assert Checkpoint.objects.count() == 1
+
+
+def test_tag_filter(client_for, owner):
+    writer = client_for(owner, "write", "read")
+    post(writer, {**CAPTURE, "tags": ["migration", "db", "café"]})
+    post(writer, {**CAPTURE, "session_key": "other", "tags": ["migrations-old"]})
+    rows = writer.get(f"{URL}?tag=migration").json()["results"]
+    assert [row["tags"] for row in rows] == [["migration", "db", "café"]]
+    assert len(writer.get(f"{URL}?tag=café").json()["results"]) == 1
+    assert writer.get(f"{URL}?tag=nothing").json()["results"] == []

@@ -106,6 +106,7 @@ class CheckpointQuerySerializer(serializers.Serializer[Any]):
     harness = serializers.ChoiceField(choices=Harness.choices, required=False)
     trigger = serializers.ChoiceField(choices=Trigger.choices, required=False)
     agent = serializers.CharField(required=False, max_length=255)
+    tag = serializers.CharField(required=False, max_length=64)
     before = serializers.DateTimeField(required=False)
     after = serializers.DateTimeField(required=False)
     q = serializers.CharField(required=False, max_length=200)
