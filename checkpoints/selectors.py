@@ -54,21 +54,19 @@ class CheckpointFilters:
 
 def checkpoint_list(*, owner: User, filters: CheckpointFilters) -> QuerySet[Checkpoint]:
     """The owner's checkpoints matching ``filters``, newest first."""
-    checkpoints = Checkpoint.objects.filter(owner=owner)
-    if filters.project:
-        checkpoints = checkpoints.filter(project_normalized=filters.project)
-    if filters.session:
-        checkpoints = checkpoints.filter(session_key=filters.session)
-    if filters.harness:
-        checkpoints = checkpoints.filter(harness=filters.harness)
-    if filters.trigger:
-        checkpoints = checkpoints.filter(trigger=filters.trigger)
-    if filters.agent:
-        checkpoints = checkpoints.filter(agent_id=filters.agent)
+    exact = {
+        "project_normalized": filters.project,
+        "session_key": filters.session,
+        "harness": filters.harness,
+        "trigger": filters.trigger,
+        "agent_id": filters.agent,
+    }
+    checkpoints = Checkpoint.objects.filter(
+        owner=owner, **{field: value for field, value in exact.items() if value}
+    )
     if filters.tag:
-        # JSON "contains" has no SQLite implementation; the quoted element in the stored
-        # JSON text is exact on both databases (tags are short plain strings).
-        # PostgreSQL prints jsonb text unescaped; Django writes SQLite's JSON ASCII-escaped.
+        # JSON "contains" has no SQLite implementation, so match the quoted element in the
+        # stored JSON text: PostgreSQL prints jsonb unescaped, SQLite holds it ASCII-escaped.
         needle = json.dumps(filters.tag, ensure_ascii=connection.vendor != "postgresql")
         checkpoints = checkpoints.filter(tags__icontains=needle)
     if filters.before:

@@ -42,7 +42,7 @@ from checkpoints.selectors import (
 )
 from checkpoints.services.config import config_get
 from checkpoints.services.engine import checkpoint_capture, checkpoints_delete
-from checkpoints.services.recovery import recovery_find, recovery_render
+from checkpoints.services.recovery import recovery_prepare
 from checkpoints.services.store import CheckpointContent
 
 OpenApiParameterCursor = OpenApiParameter(
@@ -286,17 +286,12 @@ class RecoveryApi(APIView):
         else:  # what a new session in this project would get
             session = Session(owner=owner, session_key="", project_normalized=params["project"])
         config, now = config_get(), timezone.now()
-        match = recovery_find(owner=owner, session=session, config=config, now=now)
-        if match is None:
-            return Response({"context": "", "size_chars": 0, "omitted": [], "checkpoint": None})
-        context = recovery_render(
-            checkpoint=match.checkpoint,
-            match=match.match,
-            config=config,
-            now=now,
-            current_branch=session.git_branch,
-            budget=params.get("budget"),
+        prepared = recovery_prepare(
+            owner=owner, session=session, config=config, now=now, budget=params.get("budget")
         )
+        if prepared is None:
+            return Response({"context": "", "size_chars": 0, "omitted": [], "checkpoint": None})
+        match, context = prepared
         checkpoint = match.checkpoint
         return Response(
             {

@@ -26,7 +26,7 @@ from checkpoints.models import Checkpoint, ContinuityConfig, HookDelivery, Sessi
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.projects import project_identify
-from checkpoints.services.recovery import injection_record, recovery_find, recovery_render
+from checkpoints.services.recovery import injection_record, recovery_prepare
 from checkpoints.services.redaction import redact_clip
 from checkpoints.services.store import CheckpointContent, checkpoint_write
 from checkpoints.transcripts.claude_code import TranscriptFacts, read_transcript
@@ -293,22 +293,16 @@ def remembered_text(prompt: str) -> str:
 def _recovery_context(
     session: Session, config: ContinuityConfig, now: datetime, source: str, previous_key: str = ""
 ) -> str:
-    match = recovery_find(
+    prepared = recovery_prepare(
         owner=session.owner,
         session=session,
         config=config,
         now=now,
         previous_session_key=previous_key,
     )
-    if match is None:
+    if prepared is None:
         return ""
-    context = recovery_render(
-        checkpoint=match.checkpoint,
-        match=match.match,
-        config=config,
-        now=now,
-        current_branch=session.git_branch,
-    )
+    match, context = prepared
     injection_record(session=session, context=context, match=match, source=source, now=now)
     return context.text
 

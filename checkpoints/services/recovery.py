@@ -206,6 +206,36 @@ def recovery_render(
     return RecoveryContext(text=text, omitted=omitted)
 
 
+def recovery_prepare(
+    *,
+    owner: User,
+    session: Session,
+    config: ContinuityConfig,
+    now: datetime,
+    previous_session_key: str = "",
+    budget: int | None = None,
+) -> tuple[RecoveryMatch, RecoveryContext] | None:
+    """Find the checkpoint ``session`` would recover from and render its context."""
+    match = recovery_find(
+        owner=owner,
+        session=session,
+        config=config,
+        now=now,
+        previous_session_key=previous_session_key,
+    )
+    if match is None:
+        return None
+    context = recovery_render(
+        checkpoint=match.checkpoint,
+        match=match.match,
+        config=config,
+        now=now,
+        current_branch=session.git_branch,
+        budget=budget,
+    )
+    return match, context
+
+
 def injection_record(
     *, session: Session, context: RecoveryContext, match: RecoveryMatch, source: str, now: datetime
 ) -> Injection:
