@@ -6,21 +6,26 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import transaction
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
-from django.utils.html import format_html
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from checkpoints.models import (
     ApiToken,
     Checkpoint,
     ContinuityConfig,
     Injection,
+    RetentionRun,
     Scope,
     Session,
 )
-from checkpoints.services.config import config_cache_clear, config_get
+from checkpoints.selectors import retention_overview
+from checkpoints.services.config import config_get, config_save
+from checkpoints.services.retention import RULE_TITLES, prune_run
 from checkpoints.services.tokens import token_assign_secret, token_revoke
 
 
@@ -111,6 +116,23 @@ class InjectionAdmin(admin.ModelAdmin[Injection]):
         return False
 
 
+def _when(moment: Any) -> str:
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" if moment else "not scheduled"
+
+
+def _run_summary(run: RetentionRun | None) -> str:
+    if run is None:
+        return "never"
+    if run.kind == RetentionRun.Kind.IDLE_CLOSE:
+        counts = f"{run.sessions_closed} session(s) ended"
+    else:
+        counts = (
+            f"{run.checkpoints_by_age} by age, {run.checkpoints_by_cap} by cap, "
+            f"{run.checkpoints_by_session_age} with {run.sessions_deleted} expired session(s)"
+        )
+    return f"{_when(run.started_at)} ({run.duration_seconds:.2f} s): {counts}"
+
+
 @admin.register(ContinuityConfig)
 class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
     """A single settings page: the list view goes straight to the one row."""
@@ -119,13 +141,18 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
         (None, {"fields": ["enabled"]}),
         (
             "Checkpoints",
+            {"fields": ["prompt_interval", "time_interval_minutes", "debounce_seconds"]},
+        ),
+        (
+            "Retention (django-q2 runs the prune and the idle-session close)",
             {
                 "fields": [
-                    "prompt_interval",
-                    "time_interval_minutes",
-                    "debounce_seconds",
-                    "max_checkpoints_per_session",
                     "retention_days",
+                    "session_retention_days",
+                    "max_checkpoints_per_session",
+                    "idle_session_minutes",
+                    "prune_interval_minutes",
+                    "retention_status",
                 ]
             },
         ),
@@ -144,6 +171,50 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
             },
         ),
     ]
+    readonly_fields = ["retention_status"]
+
+    def get_urls(self) -> list[URLPattern]:
+        preview = path(
+            "retention-preview/",
+            self.admin_site.admin_view(self.retention_preview_view),
+            name="checkpoints_retention_preview",
+        )
+        return [preview, *super().get_urls()]
+
+    @admin.display(description="Runs")
+    def retention_status(self, obj: ContinuityConfig) -> str:
+        overview = retention_overview()
+        rows = [
+            ("Next prune", _when(overview.prune_next_run)),
+            ("Last prune", _run_summary(overview.last_prune)),
+            ("Next idle check", _when(overview.idle_close_next_run)),
+            ("Last idle close", _run_summary(overview.last_idle_close)),
+        ]
+        return format_html(
+            '<table class="signet-retention">{}</table>'
+            '<p><a href="{}">Preview what the prune would delete now</a> · '
+            '<a href="{}">All runs</a></p>',
+            format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", rows),
+            reverse("admin:checkpoints_retention_preview"),
+            reverse("admin:checkpoints_retentionrun_changelist"),
+        )
+
+    def retention_preview_view(self, request: HttpRequest) -> HttpResponse:
+        """The dry run of the prune under the saved policy: exactly what a run would delete."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        report = prune_run(dry_run=True)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Retention preview",
+            "report": report,
+            "rules": [
+                {"title": RULE_TITLES[rule], "tally": tally} for rule, tally in report.rules.items()
+            ],
+            "report_text": "\n".join(report.lines(projects=20)),
+        }
+        return TemplateResponse(request, "admin/checkpoints/retention_preview.html", context)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -162,13 +233,45 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
     def save_model(
         self, request: HttpRequest, obj: ContinuityConfig, form: Any, change: bool
     ) -> None:
-        super().save_model(request, obj, form, change)
-        # After the commit: a worker reading in between would cache the old row again.
-        transaction.on_commit(config_cache_clear)
+        # The service saves, evicts every worker's cached copy and re-registers the schedules.
+        config_save(config=obj)
 
     def response_change(self, request: HttpRequest, obj: ContinuityConfig) -> HttpResponse:
-        messages.success(request, "Continuity settings saved; they apply to the next request.")
+        messages.success(
+            request,
+            "Continuity settings saved; they apply to the next request, and the schedules "
+            "were re-registered.",
+        )
         return HttpResponseRedirect(request.path)
+
+
+@admin.register(RetentionRun)
+class RetentionRunAdmin(admin.ModelAdmin[RetentionRun]):
+    """The history of prune and idle-close runs: read only."""
+
+    list_display = [
+        "started_at",
+        "kind",
+        "duration",
+        "checkpoints_by_age",
+        "checkpoints_by_cap",
+        "checkpoints_by_session_age",
+        "sessions_deleted",
+        "sessions_closed",
+        "bytes_reclaimed",
+    ]
+    list_filter = ["kind"]
+    date_hierarchy = "started_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="duration", ordering="duration_seconds")
+    def duration(self, obj: RetentionRun) -> str:
+        return f"{obj.duration_seconds:.2f} s"
 
 
 class ApiTokenForm(forms.ModelForm[ApiToken]):

@@ -53,6 +53,9 @@ def _empty_list() -> list[Any]:
 class Session(models.Model):
     """One coding-agent session, as its harness names it (``session_key``), per owner."""
 
+    # The end reason the idle-session close writes; any later event of the session reopens it.
+    END_REASON_IDLE = "idle"
+
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
     )
@@ -135,7 +138,10 @@ class Checkpoint(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="checkpoints"
     )
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="checkpoints")
+    # Indexed with its recency below (``checkpoint_session_latest``), not on its own.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    )
     # Denormalised from the session for the two indexed look-ups (by session, by project).
     session_key = models.CharField(max_length=255)
     project_normalized = models.CharField(max_length=1024, blank=True)
@@ -174,6 +180,11 @@ class Checkpoint(models.Model):
             ),
         ]
         indexes = [
+            # A session's newest first: the parent look-up, the cap, and the prune's
+            # "is there a newer one" test all walk this.
+            models.Index(
+                fields=["session", "-created_at", "-id"], name="checkpoint_session_latest"
+            ),
             models.Index(fields=["session_key", "-created_at"], name="checkpoint_session_recent"),
             models.Index(
                 fields=["project_normalized", "-created_at"], name="checkpoint_project_recent"
@@ -234,12 +245,35 @@ class ContinuityConfig(models.Model):
         help_text="…or after this many minutes, whichever comes first.",
     )
     max_checkpoints_per_session = models.PositiveIntegerField(
-        default=50, validators=[MinValueValidator(1)]
+        default=50,
+        validators=[MinValueValidator(1)],
+        help_text="A session keeps at most this many checkpoints: each write drops its oldest "
+        "beyond it, and the prune trims sessions that went over before this was lowered.",
     )
     retention_days = models.PositiveIntegerField(
         default=7,
         validators=[MinValueValidator(1)],
-        help_text="Older checkpoints are pruned; each session's latest is always kept.",
+        help_text="The prune deletes checkpoints older than this many days, except each "
+        "session's most recent one, which stays as the session's record. Hook idempotency "
+        "keys are forgotten after the same time.",
+    )
+    session_retention_days = models.PositiveIntegerField(
+        default=90,
+        validators=[MinValueValidator(1)],
+        help_text="The prune deletes a session whose last activity is older than this many "
+        "days, with all its checkpoints and injections. At least the checkpoint retention.",
+    )
+    idle_session_minutes = models.PositiveIntegerField(
+        default=240,
+        validators=[MinValueValidator(1)],
+        help_text="A live session with no event for this many minutes is ended (reason "
+        "'idle'): its pending checkpoint is written first, and a final one if anything "
+        "changed. Checked every few minutes.",
+    )
+    prune_interval_minutes = models.PositiveIntegerField(
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(7 * 24 * 60)],
+        help_text="How often the prune runs. Saving this page re-registers the schedule.",
     )
     recovery_budget_chars = models.PositiveIntegerField(
         default=2000,
@@ -281,6 +315,9 @@ class ContinuityConfig(models.Model):
                 & Q(time_interval_minutes__gte=1)
                 & Q(max_checkpoints_per_session__gte=1)
                 & Q(retention_days__gte=1)
+                & Q(idle_session_minutes__gte=1)
+                & Q(prune_interval_minutes__gte=1)
+                & Q(prune_interval_minutes__lte=7 * 24 * 60)
                 & Q(recovery_window_minutes__gte=1)
                 & Q(debounce_seconds__gte=0),
                 name="config_intervals_positive",
@@ -295,6 +332,10 @@ class ContinuityConfig(models.Model):
                 & Q(pressure_warning_percent__lt=F("pressure_critical_percent"))
                 & Q(pressure_critical_percent__lte=100),
                 name="config_pressure_ascending",
+            ),
+            models.CheckConstraint(
+                condition=Q(session_retention_days__gte=F("retention_days")),
+                name="config_session_retention_covers_checkpoints",
             ),
         ]
 
@@ -315,6 +356,11 @@ class ContinuityConfig(models.Model):
             errors["pressure_warning_percent"] = (
                 "Pressure thresholds must rise: notice < warning < critical."
             )
+        if self.session_retention_days < self.retention_days:
+            errors["session_retention_days"] = (
+                "Sessions must be kept at least as long as checkpoints "
+                f"({self.retention_days} days): a session's deletion takes its checkpoints."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -325,6 +371,55 @@ class ContinuityConfig(models.Model):
     @property
     def recovery_window(self) -> timedelta:
         return timedelta(minutes=self.recovery_window_minutes)
+
+    @property
+    def retention(self) -> timedelta:
+        return timedelta(days=self.retention_days)
+
+    @property
+    def session_retention(self) -> timedelta:
+        return timedelta(days=self.session_retention_days)
+
+    @property
+    def idle_session(self) -> timedelta:
+        return timedelta(minutes=self.idle_session_minutes)
+
+
+class RetentionRun(models.Model):
+    """One run of the prune or of the idle-session close: when, how long, what it removed."""
+
+    class Kind(models.TextChoices):
+        PRUNE = "prune", "Prune"
+        IDLE_CLOSE = "idle_close", "Idle-session close"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_seconds = models.FloatField(default=0.0)
+    checkpoints_by_age = models.PositiveIntegerField(default=0)
+    checkpoints_by_cap = models.PositiveIntegerField(default=0)
+    checkpoints_by_session_age = models.PositiveIntegerField(default=0)
+    sessions_deleted = models.PositiveIntegerField(default=0)
+    injections_deleted = models.PositiveIntegerField(default=0)
+    hook_deliveries_deleted = models.PositiveIntegerField(default=0)
+    sessions_closed = models.PositiveIntegerField(default=0)
+    bytes_reclaimed = models.BigIntegerField(
+        null=True, blank=True, help_text="Database space returned afterwards (SQLite)."
+    )
+    report = models.JSONField(
+        default=dict, blank=True, help_text="Per rule: counts by project, oldest and newest."
+    )
+
+    class Meta:
+        ordering = ["-started_at"]
+        get_latest_by = "started_at"
+        indexes = [models.Index(fields=["kind", "-started_at"], name="retention_run_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} at {self.started_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def checkpoints_deleted(self) -> int:
+        return self.checkpoints_by_age + self.checkpoints_by_cap + self.checkpoints_by_session_age
 
 
 class HookDelivery(models.Model):

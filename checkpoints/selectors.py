@@ -1,4 +1,5 @@
-"""Reads: the queries views, the API and the admin share. Every one is owner-scoped."""
+"""Reads: the queries views, the API and the admin share. Every read of users' data is
+owner-scoped; the retention overview is the service's own (for the admin)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Count, QuerySet
 
-from checkpoints.models import Checkpoint, Session
+from checkpoints.models import Checkpoint, RetentionRun, Session
+from checkpoints.services.schedules import IDLE_CLOSE, PRUNE, schedule_next_run
 
 
 def session_list(*, owner: User, limit: int = 50) -> QuerySet[Session]:
@@ -97,3 +99,27 @@ def checkpoint_latest(*, owner: User, session_key: str) -> Checkpoint | None:
 def checkpoint_get(*, owner: User, session_key: str, checkpoint_id: str) -> Checkpoint | None:
     """One checkpoint, only if it is the owner's and belongs to that session."""
     return Checkpoint.objects.filter(owner=owner, session_key=session_key, id=checkpoint_id).first()
+
+
+@dataclass(frozen=True)
+class RetentionOverview:
+    """When the retention tasks run next, and what their last runs did."""
+
+    prune_next_run: datetime | None
+    idle_close_next_run: datetime | None
+    last_prune: RetentionRun | None
+    last_idle_close: RetentionRun | None
+
+
+def retention_overview() -> RetentionOverview:
+    """The schedules' next runs and the latest recorded run of each retention task."""
+
+    def last(kind: str) -> RetentionRun | None:
+        return RetentionRun.objects.filter(kind=kind).order_by("-started_at").first()
+
+    return RetentionOverview(
+        prune_next_run=schedule_next_run(PRUNE),
+        idle_close_next_run=schedule_next_run(IDLE_CLOSE),
+        last_prune=last(RetentionRun.Kind.PRUNE),
+        last_idle_close=last(RetentionRun.Kind.IDLE_CLOSE),
+    )

@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from checkpoints.selectors import session_list
+from checkpoints.services.retention import database_size
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness and readiness: the database answers, the cache answers, the scheduler's state."""
     checks = {"database": _check_database(), "cache": _check_cache()}
     healthy = all(value == "ok" for value in checks.values())
-    body = {"status": "ok" if healthy else "degraded", **checks, "scheduler": _scheduler_state()}
+    body: dict[str, object] = {
+        "status": "ok" if healthy else "degraded",
+        **checks,
+        "scheduler": _scheduler_state(),
+    }
+    if checks["database"] == "ok":
+        size = database_size()
+        if size is not None:
+            body["database_bytes"] = size["bytes"]
+            if "free_bytes" in size:
+                body["database_free_bytes"] = size["free_bytes"]
     return JsonResponse(body, status=200 if healthy else 503)
 
 

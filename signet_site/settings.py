@@ -98,8 +98,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at
         # BEGIN, so two workers never deadlock upgrading a read lock, they queue on timeout.
+        # auto_vacuum first: it only takes on a file that has no tables yet (a new one), and
+        # lets the prune hand freed pages back (``services/retention.py``).
         "init_command": (
-            "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=20000;"
+            "PRAGMA auto_vacuum=INCREMENTAL;PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;"
+            "PRAGMA busy_timeout=20000;"
         ),
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
@@ -221,6 +224,9 @@ SIGNET_CONFIG_DEFAULTS: dict[str, Any] = {
     "time_interval_minutes": env.int("SIGNET_TIME_INTERVAL_MINUTES", default=15),
     "max_checkpoints_per_session": env.int("SIGNET_MAX_CHECKPOINTS_PER_SESSION", default=50),
     "retention_days": env.int("SIGNET_RETENTION_DAYS", default=7),
+    "session_retention_days": env.int("SIGNET_SESSION_RETENTION_DAYS", default=90),
+    "idle_session_minutes": env.int("SIGNET_IDLE_SESSION_MINUTES", default=240),
+    "prune_interval_minutes": env.int("SIGNET_PRUNE_INTERVAL_MINUTES", default=60),
     "recovery_budget_chars": env.int("SIGNET_RECOVERY_BUDGET_CHARS", default=2000),
     "inject_budget_chars": env.int("SIGNET_INJECT_BUDGET_CHARS", default=9000),
     "recovery_window_minutes": env.int("SIGNET_RECOVERY_WINDOW_MINUTES", default=240),

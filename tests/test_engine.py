@@ -8,13 +8,11 @@ from django.utils import timezone
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
 from checkpoints.services.config import config_cache_clear, config_get, config_save
 from checkpoints.services.engine import (
-    checkpoints_flush_due,
-    hook_deliveries_prune,
     query_terms,
     remembered_text,
     transcript_readable,
 )
-from checkpoints.services.schedules import schedules_ensure
+from checkpoints.services.pending import checkpoints_flush_due
 from tests.hookutil import TRANSCRIPT, Clock, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
@@ -322,16 +320,6 @@ def test_query_terms_and_remember_detection():
     assert remembered_text("plain prompt") == ""
 
 
-def test_sweep_schedule_is_registered_idempotently():
-    from django_q.models import Schedule
-
-    assert schedules_ensure() == ["signet: flush pending checkpoints"]
-    assert schedules_ensure() == []
-    schedule = Schedule.objects.get()
-    assert schedule.func == "checkpoints.tasks.checkpoints_sweep_task"
-    assert schedule.minutes == 1
-
-
 def test_transcripts_are_read_only_below_the_configured_roots(hook, settings, tmp_path):
     outside = tmp_path / "elsewhere.jsonl"
     outside.write_text(TRANSCRIPT.read_text())
@@ -432,11 +420,3 @@ def test_a_huge_prompt_is_redacted_before_it_is_cut(hook):
     assert len(kept) == 500
     assert "AKIAQ3EG" not in kept
     assert kept.endswith(" [REDACTED")  # the marker itself is what the cut falls in
-
-
-def test_stale_idempotency_keys_are_pruned(hook, clock):
-    send(hook, payload("user_prompt_submit"), **{"Idempotency-Key": "old"})
-    clock.advance(days=8)
-    send(hook, payload("user_prompt_submit"), **{"Idempotency-Key": "new"})
-    assert hook_deliveries_prune(keep_days=7) == 1
-    assert list(HookDelivery.objects.values_list("key", flat=True)) == ["new"]

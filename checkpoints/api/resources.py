@@ -41,9 +41,8 @@ from checkpoints.selectors import (
     session_queryset,
 )
 from checkpoints.services.config import config_get
-from checkpoints.services.engine import checkpoint_capture, checkpoints_delete
 from checkpoints.services.recovery import recovery_prepare
-from checkpoints.services.store import CheckpointContent
+from checkpoints.services.store import CheckpointContent, checkpoint_capture, checkpoints_delete
 
 OpenApiParameterCursor = OpenApiParameter(
     "cursor", OpenApiTypes.STR, description="The `next`/`previous` cursor of a page."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -9,6 +10,9 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from checkpoints.models import ContinuityConfig
+from checkpoints.services.schedules import schedules_ensure
+
+logger = logging.getLogger(__name__)
 
 CACHE_KEY = "signet:continuity-config:v1"
 
@@ -49,13 +53,22 @@ def _config_load_or_create() -> ContinuityConfig:
 
 
 def config_save(*, config: ContinuityConfig) -> ContinuityConfig:
-    """Validate and store the config, then evict the shared cached copy."""
+    """Validate and store the config; once committed, evict the shared cached copy and
+    re-register the schedules it drives (the prune's cadence)."""
     config.pk = ContinuityConfig.SINGLETON_ID
     config.full_clean()
     config.save()
     # After the commit: a worker reading in between would cache the old row again.
-    transaction.on_commit(config_cache_clear)
+    transaction.on_commit(lambda: _config_saved(config))
     return config
+
+
+def _config_saved(config: ContinuityConfig) -> None:
+    config_cache_clear()
+    try:
+        schedules_ensure(config=config)
+    except Exception:  # the settings are saved; the next setup_schedules catches up
+        logger.exception("could not re-register the schedules after a settings change")
 
 
 def config_cache_clear() -> None:

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -22,13 +22,19 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from checkpoints.harnesses.base import Event, EventKind, Outcome, clean_text
-from checkpoints.models import Checkpoint, ContinuityConfig, HookDelivery, Session, Trigger
+from checkpoints.models import ContinuityConfig, HookDelivery, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
-from checkpoints.services.projects import project_identify
+from checkpoints.services.pending import (
+    pending_enqueue,
+    pending_flush_if_due,
+    pending_flush_now,
+    pending_mark_if_due,
+)
 from checkpoints.services.recovery import injection_record, recovery_prepare
 from checkpoints.services.redaction import redact_clip
-from checkpoints.services.store import CheckpointContent, checkpoint_write
+from checkpoints.services.sessions import SessionSeed, session_lock
+from checkpoints.services.store import CheckpointContent, checkpoint_write, session_close
 from checkpoints.transcripts.claude_code import TranscriptFacts, read_transcript
 
 logger = logging.getLogger(__name__)
@@ -63,6 +69,8 @@ PROMPT_FIELDS = (
     "git_branch",
     "project_normalized",
     "previous_session_id",
+    "ended_at",
+    "end_reason",
 )
 REMEMBER_PREFIXES = ("/remember", "#")
 _WORD = re.compile(r"[\w./:-]{3,64}")
@@ -99,7 +107,21 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     with write_serialized(), transaction.atomic():
         if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
             return Outcome(duplicate=True)
-        session = _session_lock(owner=owner, event=event, now=now)
+        session = session_lock(
+            owner=owner,
+            session_key=event.session_key,
+            seed=_session_seed(event),
+            now=now,
+            # The hot path reads (and writes back) only these columns.
+            fields=PROMPT_FIELDS if event.kind is EventKind.PROMPT else (),
+        )
+        if (
+            session.end_reason == Session.END_REASON_IDLE
+            and event.kind is not EventKind.SESSION_END
+        ):
+            # The server ended it for silence, not the harness: the agent is back.
+            session.ended_at = None
+            session.end_reason = ""
         # Read the clock again once the row is ours: a mark another worker made while we
         # waited for the lock must not look like it lies in our future.
         now = max(now, timezone.now())
@@ -108,7 +130,7 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         session.save()
         if step.newly_pending:
             session_id = session.pk
-            transaction.on_commit(lambda: _enqueue_flush(session_id))
+            transaction.on_commit(lambda: pending_enqueue(session_id))
     return Outcome(context=step.context)
 
 
@@ -185,85 +207,24 @@ def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:
     return True
 
 
-def _session_lock(*, owner: User, event: Event, now: datetime) -> Session:
-    """The event's session row, locked for this transaction; created on first sight."""
-    locked = Session.objects.select_for_update()
-    if event.kind is EventKind.PROMPT:  # the hot path reads (and writes back) only these
-        locked = locked.only(*PROMPT_FIELDS)
-    try:
-        session = locked.get(owner=owner, session_key=event.session_key)
-    except Session.DoesNotExist:
-        pass
-    else:
-        session.owner = owner  # already loaded: spares a query wherever it is used
-        return session
-    identity = project_identify(
-        cwd=event.cwd, client_project=event.client_project, client_git_root=event.client_git_root
+def _session_seed(event: Event) -> SessionSeed:
+    return SessionSeed(
+        harness=event.harness,
+        cwd=event.cwd,
+        client_project=event.client_project,
+        client_git_root=event.client_git_root,
+        previous_session_key=event.previous_session_key,
+        model=event.model,
+        git_branch=event.git_branch,
+        git_head=event.git_head,
+        transcript_path=event.transcript_path,
+        # A first prompt with no SessionStart before it carries the recovery context.
+        recovery_due=event.kind is EventKind.PROMPT,
     )
-    previous = None
-    if event.previous_session_key:
-        previous = Session.objects.filter(
-            owner=owner, session_key=event.previous_session_key
-        ).first()
-    try:
-        with transaction.atomic():
-            return Session.objects.create(
-                owner=owner,
-                session_key=event.session_key,
-                harness=event.harness,
-                project=identity.project,
-                project_normalized=identity.project_normalized,
-                git_root=identity.git_root,
-                previous_session=previous,
-                started_at=now,
-                last_activity_at=now,
-                model=event.model[:128],
-                git_branch=event.git_branch[:255],
-                git_head=event.git_head[:64],
-                transcript_path=event.transcript_path[:4096],
-                # A first prompt with no SessionStart before it: that hook did not get through
-                # (or is not installed), so this prompt carries the recovery context.
-                recovery_due=event.kind is EventKind.PROMPT,
-            )
-    except IntegrityError:  # another worker created it first
-        return Session.objects.select_for_update().get(owner=owner, session_key=event.session_key)
 
 
 def _push(items: list[str], item: str, limit: int) -> list[str]:
     return [*items, item][-limit:]
-
-
-def _flush_if_due(session: Session, config: ContinuityConfig, now: datetime) -> None:
-    """Write the pending periodic checkpoint once its debounce has passed."""
-    pending = session.checkpoint_pending_since
-    if pending is not None and (now - pending).total_seconds() >= config.debounce_seconds:
-        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
-
-
-def _flush_now(session: Session, config: ContinuityConfig, now: datetime) -> None:
-    if session.checkpoint_pending_since is not None:
-        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
-
-
-def _mark_if_due(session: Session, config: ContinuityConfig, now: datetime) -> bool:
-    """Mark a periodic checkpoint pending when one is due; True when this call marked it.
-
-    Due: something changed since the last checkpoint, and ``prompt_interval`` prompts or
-    ``time_interval`` have passed since the last claimed slot. Marking claims the slot
-    (prompt count and time), so the next one falls due a full interval later however late
-    the write happens. While one is pending, further due points merge into it: the write
-    takes the session's latest state.
-    """
-    if session.checkpoint_pending_since is not None or not session.changed_since_checkpoint:
-        return False
-    since_prompts = session.prompt_count - session.last_checkpoint_prompt
-    since_time = now - (session.last_checkpoint_at or session.started_at)
-    if since_prompts < config.prompt_interval and since_time < config.time_interval:
-        return False
-    session.checkpoint_pending_since = now
-    session.last_checkpoint_prompt = session.prompt_count
-    session.last_checkpoint_at = now
-    return True
 
 
 def query_terms(prompt: str) -> str:
@@ -314,7 +275,7 @@ def _recovery_context(
 def _on_session_start(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    _flush_now(session, config, now)
+    pending_flush_now(session, config, now)
     session.ended_at = None
     session.end_reason = ""
     if event.model:
@@ -337,7 +298,7 @@ def _on_session_start(
 def _on_prompt(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    _flush_if_due(session, config, now)
+    pending_flush_if_due(session, config, now)
     text = event.prompt  # redacted before anything is derived from it
     session.prompt_count += 1
     session.changed_since_checkpoint = True
@@ -350,7 +311,7 @@ def _on_prompt(
         terms = query_terms(text)
         if terms:
             session.recent_queries = _push(session.recent_queries, terms, MAX_QUERIES)
-    step = _Step(newly_pending=_mark_if_due(session, config, now))
+    step = _Step(newly_pending=pending_mark_if_due(session, config, now))
     if session.recovery_due:  # the SessionStart after compaction delivered nothing
         session.recovery_due = False
         step.context = _recovery_context(session, config, now, "prompt")
@@ -369,17 +330,17 @@ def _add_files(session: Session, paths: Iterable[str]) -> None:
 def _on_tool_use(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    _flush_if_due(session, config, now)
+    pending_flush_if_due(session, config, now)
     if event.files:
         _add_files(session, event.files)
         session.changed_since_checkpoint = True
-    return _Step(newly_pending=_mark_if_due(session, config, now))
+    return _Step(newly_pending=pending_mark_if_due(session, config, now))
 
 
 def _on_remember(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    _flush_if_due(session, config, now)
+    pending_flush_if_due(session, config, now)
     if event.remember:
         session.recent_remembers = _push(session.recent_remembers, event.remember, MAX_REMEMBERS)
         session.changed_since_checkpoint = True
@@ -413,7 +374,7 @@ def _on_pre_compact(
 def _on_post_compact(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    _flush_if_due(session, config, now)
+    pending_flush_if_due(session, config, now)
     if event.compact_summary:
         session.compact_summary = event.compact_summary
     session.recovery_due = True
@@ -423,21 +384,18 @@ def _on_post_compact(
 def _on_stop(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    _flush_if_due(session, config, now)
+    pending_flush_if_due(session, config, now)
     if event.last_assistant_message:
         session.last_assistant_message = event.last_assistant_message
-    return _Step(newly_pending=_mark_if_due(session, config, now))
+    return _Step(newly_pending=pending_mark_if_due(session, config, now))
 
 
 def _on_session_end(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    if event.source != "clear" and session.changed_since_checkpoint:
-        checkpoint_write(session=session, trigger=Trigger.SESSION_END, config=config, now=now)
-    else:
-        _flush_now(session, config, now)
-    session.ended_at = max(now, session.started_at)
-    session.end_reason = event.source[:64]
+    session_close(
+        session=session, config=config, now=now, reason=event.source, final=event.source != "clear"
+    )
     return _Step()
 
 
@@ -460,82 +418,3 @@ HANDLERS: dict[EventKind, Handler] = {
     EventKind.SESSION_END: _on_session_end,
     EventKind.UNKNOWN: _on_unknown,
 }
-
-
-def _enqueue_flush(session_id: int) -> None:
-    from checkpoints.tasks import enqueue_checkpoint_flush
-
-    enqueue_checkpoint_flush(session_id)
-
-
-def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
-    """Write the session's pending periodic checkpoint if its debounce has passed.
-
-    Returns True when a checkpoint was written. Safe to call from any worker at any time:
-    the row lock makes sure one pending mark yields one checkpoint.
-    """
-    config = config_get()
-    with write_serialized(), transaction.atomic():
-        session = Session.objects.select_for_update().filter(pk=session_id).first()
-        if session is None or session.checkpoint_pending_since is None:
-            return False
-        now = now or timezone.now()
-        if (now - session.checkpoint_pending_since).total_seconds() < config.debounce_seconds:
-            return False
-        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
-        session.save()
-    return True
-
-
-def checkpoints_flush_due(*, now: datetime | None = None, limit: int = 500) -> int:
-    """The sweep: flush every session whose pending checkpoint is past its debounce."""
-    now = now or timezone.now()
-    config = config_get()
-    cutoff = now - timedelta(seconds=config.debounce_seconds)
-    ids = list(
-        Session.objects.filter(checkpoint_pending_since__lte=cutoff)
-        .order_by("checkpoint_pending_since")
-        .values_list("pk", flat=True)[:limit]
-    )
-    return sum(checkpoint_flush(session_id=pk, now=now) for pk in ids)
-
-
-def hook_deliveries_prune(*, now: datetime | None = None, keep_days: int = 7) -> int:
-    """Forget idempotency keys older than ``keep_days``: no client replays that late."""
-    cutoff = (now or timezone.now()) - timedelta(days=keep_days)
-    deleted, _ = HookDelivery.objects.filter(created_at__lt=cutoff).delete()
-    return deleted
-
-
-def checkpoint_capture(
-    *,
-    owner: User,
-    session_key: str,
-    project: str,
-    harness: str,
-    trigger: str,
-    content: CheckpointContent,
-) -> Checkpoint:
-    """Write an explicit or agent checkpoint (the API, the MCP tool), creating the session
-    if needed. Same locking as hook events, so it never races the session's own stream."""
-    config = config_get()
-    event = Event(kind=EventKind.UNKNOWN, harness=harness, session_key=session_key, cwd=project)
-    now = timezone.now()
-    with write_serialized(), transaction.atomic():
-        session = _session_lock(owner=owner, event=event, now=now)
-        now = max(now, timezone.now())
-        checkpoint = checkpoint_write(
-            session=session, trigger=trigger, config=config, now=now, content=content
-        )
-        session.last_activity_at = now
-        session.save()
-    return checkpoint
-
-
-def checkpoints_delete(*, owner: User, session_key: str, checkpoint_id: str | None = None) -> int:
-    """Delete one checkpoint of a session, or all of them; the number deleted."""
-    rows = Checkpoint.objects.filter(owner=owner, session_key=session_key)
-    if checkpoint_id is not None:
-        rows = rows.filter(id=checkpoint_id)
-    deleted, _ = rows.delete()
-    return deleted

@@ -1,5 +1,6 @@
 """Writing checkpoints: content from the session row (and the transcript or the agent),
-redacted, linked to the previous checkpoint, and the per-session cap enforced.
+redacted, linked to the previous checkpoint, and the per-session cap enforced. Also the other
+writes of checkpoints: explicit capture, deletes, and a session's closing checkpoint.
 """
 
 from __future__ import annotations
@@ -10,8 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
 from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
+from checkpoints.services.config import config_get
+from checkpoints.services.locks import write_serialized
 from checkpoints.services.redaction import redact, redact_clip, redact_data
+from checkpoints.services.sessions import SessionSeed, session_lock
 
 MAX_LIST_ITEMS = 50
 MAX_ITEM_CHARS = 2000
@@ -138,6 +146,67 @@ def checkpoint_write(
         session.last_checkpoint_prompt = session.prompt_count
     session.checkpoint_pending_since = None
     session.changed_since_checkpoint = False
+    return checkpoint
+
+
+def checkpoint_capture(
+    *,
+    owner: User,
+    session_key: str,
+    project: str,
+    harness: str,
+    trigger: str,
+    content: CheckpointContent,
+) -> Checkpoint:
+    """Write an explicit or agent checkpoint (the API, the MCP tool), creating the session
+    if needed. Same locking as hook events, so it never races the session's own stream."""
+    config = config_get()
+    now = timezone.now()
+    with write_serialized(), transaction.atomic():
+        session = session_lock(
+            owner=owner,
+            session_key=session_key,
+            seed=SessionSeed(harness=harness, cwd=project),
+            now=now,
+        )
+        now = max(now, timezone.now())
+        checkpoint = checkpoint_write(
+            session=session, trigger=trigger, config=config, now=now, content=content
+        )
+        session.last_activity_at = now
+        session.save()
+    return checkpoint
+
+
+def checkpoints_delete(*, owner: User, session_key: str, checkpoint_id: str | None = None) -> int:
+    """Delete one checkpoint of a session, or all of them; the number deleted."""
+    rows = Checkpoint.objects.filter(owner=owner, session_key=session_key)
+    if checkpoint_id is not None:
+        rows = rows.filter(id=checkpoint_id)
+    deleted, _ = rows.delete()
+    return deleted
+
+
+def session_close(
+    *, session: Session, config: ContinuityConfig, now: datetime, reason: str, final: bool
+) -> Checkpoint | None:
+    """End the locked ``session``: its last checkpoint first, then the end mark.
+
+    With ``final``, anything that changed since the last checkpoint gets a session-end
+    checkpoint; otherwise (a ``/clear``) only a pending periodic one is written. Returns the
+    checkpoint written, if any. The caller saves the row.
+    """
+    checkpoint = None
+    if final and session.changed_since_checkpoint:
+        checkpoint = checkpoint_write(
+            session=session, trigger=Trigger.SESSION_END, config=config, now=now
+        )
+    elif session.checkpoint_pending_since is not None:
+        checkpoint = checkpoint_write(
+            session=session, trigger=Trigger.PERIODIC, config=config, now=now
+        )
+    session.ended_at = max(now, session.started_at)
+    session.end_reason = reason[:64]
     return checkpoint
 
 

@@ -1,9 +1,10 @@
 """``manage.py serve``: set up, then run the web server and the scheduler together.
 
 This is what ``make run`` calls. It migrates, creates the cache table, collects static
-files, makes sure the admin exists, then starts gunicorn and the django-q2 cluster as two
-child processes in the foreground. Ctrl-C (or SIGTERM) stops both; if either dies, the
-other is stopped too and the command exits with an error.
+files, registers the schedules (``setup_schedules``), makes sure the admin exists, then
+starts gunicorn and the django-q2 cluster as two child processes in the foreground.
+Ctrl-C (or SIGTERM) stops both; if either dies, the other is stopped too and the command
+exits with an error.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints.management.commands.ensure_admin import admin_login_from_env, describe_login
 from checkpoints.services.config import config_get
-from checkpoints.services.schedules import schedules_ensure
+from checkpoints.services.retention import sqlite_prepare
 
 STOP_GRACE_SECONDS = 15
 READY_TIMEOUT_SECONDS = 60
@@ -55,8 +56,11 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("createcachetable", verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
-        schedules_ensure()
+        done = sqlite_prepare()
+        if done:
+            self.stdout.write(f"Database: {done}.")
         config_get()  # the settings row exists before the first request races to create it
+        call_command("setup_schedules", stdout=self.stdout)
         login = admin_login_from_env()
 
         stopping = False

@@ -1,0 +1,133 @@
+"""Pending periodic checkpoints: marked on the hot path, written after the debounce.
+
+The hook path only marks a session's periodic checkpoint as pending (``pending_mark_if_due``)
+and queues a flush task. The write happens once ``debounce_seconds`` have passed since the
+mark, by whichever comes first: the session's next event, the queued task, or the every-minute
+sweep. One rule, ``pending_due``, decides for all of them; the session row lock makes sure one
+mark yields one checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from checkpoints.models import ContinuityConfig, Session, Trigger
+from checkpoints.services.config import config_get
+from checkpoints.services.locks import write_serialized
+from checkpoints.services.store import checkpoint_write
+
+logger = logging.getLogger(__name__)
+
+FLUSH_TASK = "checkpoints.tasks.checkpoint_flush_task"
+# A worker waits out at most this much of a debounce; the sweep covers anything longer.
+MAX_DEBOUNCE_WAIT_SECONDS = 10.0
+
+
+def pending_cutoff(*, config: ContinuityConfig, now: datetime) -> datetime:
+    """Marks made at or before this moment are past their debounce."""
+    return now - timedelta(seconds=config.debounce_seconds)
+
+
+def pending_due(*, pending_since: datetime | None, config: ContinuityConfig, now: datetime) -> bool:
+    """Whether a pending mark made at ``pending_since`` may be written now."""
+    return pending_since is not None and pending_since <= pending_cutoff(config=config, now=now)
+
+
+def pending_mark_if_due(session: Session, config: ContinuityConfig, now: datetime) -> bool:
+    """Mark a periodic checkpoint pending when one is due; True when this call marked it.
+
+    Due: something changed since the last checkpoint, and ``prompt_interval`` prompts or
+    ``time_interval`` have passed since the last claimed slot. Marking claims the slot
+    (prompt count and time), so the next one falls due a full interval later however late
+    the write happens. While one is pending, further due points merge into it: the write
+    takes the session's latest state.
+    """
+    if session.checkpoint_pending_since is not None or not session.changed_since_checkpoint:
+        return False
+    since_prompts = session.prompt_count - session.last_checkpoint_prompt
+    since_time = now - (session.last_checkpoint_at or session.started_at)
+    if since_prompts < config.prompt_interval and since_time < config.time_interval:
+        return False
+    session.checkpoint_pending_since = now
+    session.last_checkpoint_prompt = session.prompt_count
+    session.last_checkpoint_at = now
+    return True
+
+
+def pending_flush_if_due(session: Session, config: ContinuityConfig, now: datetime) -> None:
+    """Write the locked session's pending checkpoint once its debounce has passed."""
+    if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
+        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+
+
+def pending_flush_now(session: Session, config: ContinuityConfig, now: datetime) -> None:
+    """Write the locked session's pending checkpoint, debounce or not (a boundary event)."""
+    if session.checkpoint_pending_since is not None:
+        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+
+
+def pending_enqueue(session_id: int) -> None:
+    """Queue the write of a session's pending checkpoint, off the request.
+
+    The task is named by its dotted path, so nothing here imports the task module. Failing
+    to queue (broker down) loses nothing: the mark stays in the database and the next event
+    of the session or the sweep writes it.
+    """
+    from django_q.tasks import async_task
+
+    try:
+        async_task(FLUSH_TASK, session_id, task_name="checkpoint-flush")
+    except Exception:
+        logger.exception("could not queue the checkpoint flush of session %s", session_id)
+
+
+def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
+    """Write the session's pending periodic checkpoint if its debounce has passed.
+
+    Returns True when a checkpoint was written. Safe to call from any worker at any time:
+    the row lock makes sure one pending mark yields one checkpoint.
+    """
+    config = config_get()
+    with write_serialized(), transaction.atomic():
+        session = Session.objects.select_for_update().filter(pk=session_id).first()
+        now = now or timezone.now()
+        if session is None or not pending_due(
+            pending_since=session.checkpoint_pending_since, config=config, now=now
+        ):
+            return False
+        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+        session.save()
+    return True
+
+
+def checkpoint_flush_after_debounce(*, session_id: int) -> bool:
+    """Wait out the debounce of the session's pending checkpoint (bounded), then write it."""
+    pending = (
+        Session.objects.filter(pk=session_id)
+        .values_list("checkpoint_pending_since", flat=True)
+        .first()
+    )
+    if pending is None:
+        return False
+    cutoff = pending_cutoff(config=config_get(), now=timezone.now())
+    remaining = (pending - cutoff).total_seconds()
+    if remaining > 0:
+        time.sleep(min(remaining, MAX_DEBOUNCE_WAIT_SECONDS))
+    return checkpoint_flush(session_id=session_id)
+
+
+def checkpoints_flush_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """The sweep: flush every session whose pending checkpoint is past its debounce."""
+    now = now or timezone.now()
+    cutoff = pending_cutoff(config=config_get(), now=now)
+    ids = list(
+        Session.objects.filter(checkpoint_pending_since__lte=cutoff)
+        .order_by("checkpoint_pending_since")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(checkpoint_flush(session_id=pk, now=now) for pk in ids)
