@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_service(*, database_url: str = "", workers: int = 0) -> Iterator[Running]:
-    """``manage.py serve`` (gunicorn + django-q2) on a fresh data folder, with a token."""
+def running_service(
+    *,
+    database_url: str = "",
+    workers: int = 0,
+    extra_env: dict[str, str] | None = None,
+    before_serve: Callable[[dict[str, str]], None] | None = None,
+) -> Iterator[Running]:
+    """``manage.py serve`` (gunicorn + django-q2) on a fresh data folder, with a token.
+
+    ``before_serve`` gets the environment once the database is migrated, to load data.
+    """
     data = tempfile.mkdtemp(prefix="signet-bench-")
     port = free_port()
     env = {
@@ -44,6 +54,7 @@ def running_service(*, database_url: str = "", workers: int = 0) -> Iterator[Run
         "DJANGO_SETTINGS_MODULE": "bench.settings",
         "SIGNET_THROTTLE_INGEST": "1000000/min",
         "LOG_LEVEL": "WARNING",
+        **(extra_env or {}),
     }
     env.pop("DATABASE_URL", None)
     if database_url:
@@ -63,6 +74,8 @@ def running_service(*, database_url: str = "", workers: int = 0) -> Iterator[Run
         text=True,
     )
     token = made.stdout.strip().splitlines()[-1]
+    if before_serve is not None:
+        before_serve(env)
     proc = subprocess.Popen(
         [python, "manage.py", "serve"],
         cwd=PROJECT,
@@ -89,3 +102,4 @@ def running_service(*, database_url: str = "", workers: int = 0) -> Iterator[Run
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        shutil.rmtree(data, ignore_errors=True)

@@ -6,7 +6,12 @@ Thin: the work is in ``checkpoints.services``.
 from __future__ import annotations
 
 from checkpoints.services.pending import checkpoint_flush_after_debounce, checkpoints_flush_due
-from checkpoints.services.retention import prune_run, sessions_close_idle
+from checkpoints.services.retention import (
+    background_priority,
+    prune_scheduled,
+    sessions_close_idle,
+    task_seconds,
+)
 
 
 def checkpoint_flush_task(session_id: int) -> bool:
@@ -21,9 +26,10 @@ def checkpoints_sweep_task() -> int:
 
 def retention_prune_task() -> int:
     """Every ``prune_interval_minutes``: apply the retention policy; checkpoints deleted."""
-    return prune_run().checkpoints
+    return prune_scheduled().checkpoints
 
 
 def sessions_close_idle_task() -> int:
     """Every few minutes: end the sessions idle for ``idle_session_minutes``; how many."""
-    return sessions_close_idle().closed
+    background_priority()
+    return sessions_close_idle(max_seconds=task_seconds()).closed

@@ -235,6 +235,12 @@ SIGNET_CONFIG_DEFAULTS: dict[str, Any] = {
     "pressure_warning_percent": env.int("SIGNET_PRESSURE_WARNING_PERCENT", default=75),
     "pressure_critical_percent": env.int("SIGNET_PRESSURE_CRITICAL_PERCENT", default=90),
 }
+# After each delete batch the prune pauses this many times as long as the batch held the
+# write lock, so hooks keep flowing while it runs (bench/prune.py measures the trade).
+SIGNET_PRUNE_PAUSE_RATIO = env.float("SIGNET_PRUNE_PAUSE_RATIO", default=1.0)
+# The CPU niceness retention work runs at (django-q2 workers, the prune command), so the web
+# workers come first on a shared machine. 0 leaves the priority alone.
+SIGNET_BACKGROUND_NICENESS = env.int("SIGNET_BACKGROUND_NICENESS", default=10)
 # How long a worker may serve ContinuityConfig from the shared cache; saving it evicts it.
 SIGNET_CONFIG_CACHE_SECONDS = env.int("SIGNET_CONFIG_CACHE_SECONDS", default=300)
 

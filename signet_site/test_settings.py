@@ -28,6 +28,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
 # Pending checkpoints are written as soon as they are marked, unless a test sets a debounce.
 SIGNET_CONFIG_DEFAULTS = {**SIGNET_CONFIG_DEFAULTS, "debounce_seconds": 0.0}  # noqa: F405
 
+# The prune's pause between batches is for live hooks; the tests have none to wait for.
+SIGNET_PRUNE_PAUSE_RATIO = 0.0
+SIGNET_BACKGROUND_NICENESS = 0
+
 LOGGING["loggers"]["django-q"] = {"level": "WARNING"}  # noqa: F405
 
 # The transcripts the tests hand to PreCompact live with the fixtures.

@@ -9,9 +9,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
+from django.db.models import SET_NULL
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from checkpoints import tasks
 from checkpoints.models import (
     Checkpoint,
     ContinuityConfig,
@@ -21,6 +23,7 @@ from checkpoints.models import (
     Session,
     Trigger,
 )
+from checkpoints.services import retention
 from checkpoints.services.config import config_cache_clear, config_get
 from checkpoints.services.pending import checkpoints_flush_due
 from checkpoints.services.retention import (
@@ -30,6 +33,7 @@ from checkpoints.services.retention import (
     sessions_close_idle,
     sqlite_prepare,
 )
+from checkpoints.services.store import CHECKPOINT_REFERENCES, checkpoints_delete_ids
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
 from tests.hookutil import Clock, payload, send
 
@@ -409,3 +413,78 @@ def test_an_older_sqlite_file_is_switched_to_incremental_vacuum_once():
         cursor.execute("PRAGMA auto_vacuum")
         assert cursor.fetchone()[0] == 2
     assert sqlite_prepare() == ""
+
+
+def test_the_bulk_delete_handles_every_reference_to_a_checkpoint(owner):
+    references = {
+        (relation.related_model._meta.label, relation.field.name)
+        for relation in Checkpoint._meta.related_objects
+    }
+    assert references == set(CHECKPOINT_REFERENCES)
+    for relation in Checkpoint._meta.related_objects:
+        assert relation.on_delete is SET_NULL
+
+    session = SessionFactory(owner=owner)
+    parent = CheckpointFactory(session=session)
+    child = CheckpointFactory(session=session, parent=parent)
+    injection = InjectionFactory(session=session, checkpoint=parent)
+    assert checkpoints_delete_ids(ids=[parent.id]) == 1
+    child.refresh_from_db()
+    injection.refresh_from_db()
+    assert child.parent is None
+    assert injection.checkpoint is None
+
+
+def test_a_run_out_of_time_stops_between_batches_and_the_next_one_goes_on(owner, clock):
+    configure(retention_days=7, session_retention_days=90)
+    expired = session_at(owner, clock, days_ago=100)
+    for days in (103, 102, 101):
+        checkpoint_at(expired, clock, days_ago=days)
+    InjectionFactory(session=expired)
+    live = session_at(owner, clock, days_ago=0)
+    for days in (9, 8, 0):
+        checkpoint_at(live, clock, days_ago=days)
+
+    first = prune_run(max_seconds=0, batch_size=2)
+
+    assert not first.complete
+    assert first.checkpoints == 2  # one batch, then the budget is spent
+    assert Session.objects.filter(pk=expired.pk).exists()  # its rows are not all gone yet
+    assert "stopped at its time budget" in "\n".join(first.lines())
+    runs = 1
+    while not prune_run(max_seconds=0, batch_size=2).complete:
+        runs += 1
+    assert runs >= 3
+    assert not Session.objects.filter(pk=expired.pk).exists()
+    assert not Injection.objects.exists()
+    assert ages(live) == [0]
+
+
+def test_the_scheduled_prune_queues_its_own_continuation(owner, clock, monkeypatch):
+    configure(retention_days=7)
+    session = session_at(owner, clock, days_ago=0)
+    for number in range(3):
+        checkpoint_at(session, clock, days_ago=8 + number)
+    Checkpoint.objects.bulk_create(
+        [
+            Checkpoint(
+                owner=owner,
+                session=session,
+                session_key=session.session_key,
+                harness=session.harness,
+                trigger=Trigger.PERIODIC,
+                created_at=clock.now - timedelta(days=10, seconds=number),
+            )
+            for number in range(2500)
+        ]
+    )
+    checkpoint_at(session, clock, days_ago=0)
+    monkeypatch.setattr(retention, "task_seconds", lambda: 0.0)
+
+    tasks.retention_prune_task()  # django-q2 runs queued tasks at once in the tests
+
+    assert ages(session) == [0]
+    runs = RetentionRun.objects.filter(kind=RetentionRun.Kind.PRUNE)
+    # At most 1000 a batch (fewer when batches run slow), one batch a run here.
+    assert runs.count() >= 3
+    assert sum(run.checkpoints_by_age for run in runs) == 2503

@@ -37,6 +37,10 @@ def test_setup_schedules_registers_each_task_once_however_often_it_runs():
         PRUNE: ("checkpoints.tasks.retention_prune_task", 60, -1),
         IDLE_CLOSE: ("checkpoints.tasks.sessions_close_idle_task", 5, -1),
     }
+    # The first run comes one interval after registration, not at start-up.
+    prune = Schedule.objects.get(name=PRUNE)
+    assert timezone.now() + timedelta(minutes=59) < prune.next_run
+    assert prune.next_run <= timezone.now() + timedelta(minutes=60)
     lines = out.getvalue().splitlines()
     assert [line.split()[0] for line in lines] == ["created"] * 3 + ["unchanged"] * 3
     assert "every 60 min, next run" in lines[1]

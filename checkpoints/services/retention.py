@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -41,14 +45,17 @@ from checkpoints.models import (
 )
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
-from checkpoints.services.store import session_close
+from checkpoints.services.store import checkpoints_delete_ids, session_close
 
 logger = logging.getLogger(__name__)
 
-BATCH_SIZE = 1000  # rows per delete transaction
+PRUNE_TASK = "checkpoints.tasks.retention_prune_task"
+BATCH_SIZE = 1000  # rows per delete transaction, at most
 SESSION_BATCH_SIZE = 200  # sessions looked at per step of the session rules
 # SQLite space is handed back this many pages (of 4 KiB) per write transaction.
-VACUUM_STEP_PAGES = 2048
+VACUUM_STEP_PAGES = 256
+# The pruner's SQLite page cache: the indexes it walks stay in memory between batches.
+CACHE_KIB = 32 * 1024
 
 
 class Rule(enum.StrEnum):
@@ -113,6 +120,7 @@ class PruneReport:
     hook_deliveries: int = 0
     duration_seconds: float = 0.0
     bytes_reclaimed: int | None = None
+    complete: bool = True  # False: stopped at its time budget, the rest left for next time
 
     @property
     def checkpoints(self) -> int:
@@ -130,6 +138,7 @@ class PruneReport:
             "sessions": self.sessions,
             "injections": self.injections,
             "hook_deliveries": self.hook_deliveries,
+            "complete": self.complete,
         }
 
     def lines(self, *, projects: int = 10) -> list[str]:
@@ -162,6 +171,8 @@ class PruneReport:
                 "" if self.bytes_reclaimed is None else f", {self.bytes_reclaimed:,} bytes returned"
             )
             lines.append(f"  took {self.duration_seconds:.2f} s{reclaimed}")
+        if not self.complete:
+            lines.append("  stopped at its time budget: the rest goes in the next run")
         return lines
 
 
@@ -171,11 +182,14 @@ def prune_run(
     now: datetime | None = None,
     batch_size: int = BATCH_SIZE,
     config: ContinuityConfig | None = None,
+    max_seconds: float | None = None,
 ) -> PruneReport:
     """Apply the retention policy (see the module docstring); with ``dry_run``, delete nothing.
 
-    The dry run and the real run walk the same batches; only the deletes differ. A real run
-    is recorded as a ``RetentionRun``, then hands freed space back (SQLite).
+    The dry run and the real run walk the same rows; only the deletes differ. A real run
+    is recorded as a ``RetentionRun``, then hands freed space back (SQLite). With
+    ``max_seconds`` it stops between batches once that time is spent (``complete`` is then
+    False): what is left stays for the next run.
     """
     config = config or config_get()
     now = now or timezone.now()
@@ -189,18 +203,21 @@ def prune_run(
     )
     session_cutoff = now - config.session_retention
     checkpoint_cutoff = now - config.retention
-    _prune_expired_sessions(report, cutoff=session_cutoff, dry_run=dry_run, batch=batch_size)
-    live = Checkpoint.objects.filter(session__last_activity_at__gte=session_cutoff)
-    for rows, victims in _age_batches(live, cutoff=checkpoint_cutoff, batch=batch_size):
-        report.rules[Rule.AGE].add(_delete_checkpoints(rows, victims, dry_run=dry_run))
-    for rows in _cap_batches(
-        live, cap=config.max_checkpoints_per_session, cutoff=checkpoint_cutoff, batch=batch_size
-    ):
-        victims = Checkpoint.objects.filter(id__in=[row.id for row in rows])
-        report.rules[Rule.CAP].add(_delete_checkpoints(rows, victims, dry_run=dry_run))
-    report.hook_deliveries = _delete_in_batches(
-        HookDelivery.objects.filter(created_at__lt=checkpoint_cutoff), dry_run, batch_size
-    )
+    deadline = None if max_seconds is None else began + max_seconds
+    with _Deleter.open(dry_run=dry_run, batch_size=batch_size, deadline=deadline) as deleter:
+        _prune_expired_sessions(report, deleter, cutoff=session_cutoff)
+        live = Checkpoint.objects.filter(session__last_activity_at__gte=session_cutoff)
+        for rows, victims in _age_batches(live, deleter, cutoff=checkpoint_cutoff):
+            report.rules[Rule.AGE].add(deleter.checkpoints(rows, victims))
+        for rows in _cap_batches(
+            live, deleter, cap=config.max_checkpoints_per_session, cutoff=checkpoint_cutoff
+        ):
+            victims = Checkpoint.objects.filter(id__in=[row.id for row in rows])
+            report.rules[Rule.CAP].add(deleter.checkpoints(rows, victims))
+        report.hook_deliveries = deleter.rows(
+            HookDelivery.objects.filter(created_at__lt=checkpoint_cutoff)
+        )
+        report.complete = not deleter.out_of_time
     if not dry_run:
         # The run history goes with the sessions it describes.
         RetentionRun.objects.filter(started_at__lt=session_cutoff).delete()
@@ -212,28 +229,169 @@ def prune_run(
     return report
 
 
-def _prune_expired_sessions(
-    report: PruneReport, *, cutoff: datetime, dry_run: bool, batch: int
-) -> None:
+def prune_scheduled() -> PruneReport:
+    """The scheduled prune: at background CPU priority and within the task time limit.
+
+    django-q2 stops a task after ``Q_CLUSTER["timeout"]`` seconds; the prune stops itself
+    well before, and when there was more to delete than fits (a first run on a large
+    database, a shortened retention) it queues its own continuation.
+    """
+    from django_q.tasks import async_task
+
+    background_priority()
+    report = prune_run(max_seconds=task_seconds())
+    if not report.complete:
+        async_task(PRUNE_TASK, task_name="retention-prune-continued")
+    return report
+
+
+def task_seconds() -> float:
+    """How long a scheduled retention task may run: three quarters of django-q2's limit."""
+    return float(settings.Q_CLUSTER["timeout"]) * 0.75
+
+
+def background_priority() -> None:
+    """Lower this process's CPU priority to ``SIGNET_BACKGROUND_NICENESS`` (once; the
+    kernel lets a process lower its priority, not raise it again).
+
+    Retention runs beside the web workers on the same cores: measured in bench/prune.py,
+    the hooks' p99 during a prune is steadier when the prune yields the CPU to them. Only
+    background processes call this (the django-q2 worker, the prune command).
+    """
+    target = settings.SIGNET_BACKGROUND_NICENESS
+    current = os.nice(0)
+    if target > current:
+        os.nice(target - current)
+
+
+class _Deleter:
+    """Deletes one batch per short write transaction, or, in a dry run, only counts.
+
+    The batch size adapts so that a transaction holds the write lock for about
+    ``TARGET_SECONDS`` (between ``MIN_BATCH`` and the size asked for): how long a batch takes
+    depends on the database, the rows' size and the indexes, and a hook waiting behind it
+    must not notice. On SQLite the write-ahead log is copied back into the file between
+    batches, outside the lock, rather than by whichever commit (often a hook's) crosses the
+    auto-checkpoint threshold.
+    """
+
+    TARGET_SECONDS = 0.010
+    MIN_BATCH = 50
+
+    def __init__(self, *, dry_run: bool, batch_size: int, deadline: float | None) -> None:
+        self.dry_run = dry_run
+        self.deadline = deadline
+        self.batches = 0
+        self.most = max(1, batch_size)
+        self.size = self.most
+        self._wal = not dry_run and connection.vendor == "sqlite" and not connection.in_atomic_block
+
+    @classmethod
+    @contextmanager
+    def open(cls, *, dry_run: bool, batch_size: int, deadline: float | None) -> Iterator[_Deleter]:
+        deleter = cls(dry_run=dry_run, batch_size=batch_size, deadline=deadline)
+        if not deleter._wal:
+            yield deleter
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_autocheckpoint")
+            previous = cursor.fetchone()[0]
+            cursor.execute("PRAGMA wal_autocheckpoint = 0")
+            cursor.execute("PRAGMA cache_size")
+            cache_pages = cursor.fetchone()[0]
+            cursor.execute(f"PRAGMA cache_size = {-CACHE_KIB}")
+        try:
+            yield deleter
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(f"PRAGMA wal_autocheckpoint = {int(previous)}")
+                cursor.execute(f"PRAGMA cache_size = {int(cache_pages)}")
+
+    @property
+    def out_of_time(self) -> bool:
+        """The run's time is spent: walks stop before their next batch. Every run deletes
+        at least one batch first, so runs that continue each other always finish."""
+        return self.deadline is not None and self.batches > 0 and time.monotonic() >= self.deadline
+
+    def _timed(self, delete: Callable[[], int]) -> int:
+        began = time.monotonic()
+        with write_serialized(), transaction.atomic():
+            done = delete()
+        took = time.monotonic() - began
+        self.batches += 1
+        if done:
+            per_row = took / done
+            self.size = max(
+                min(self.MIN_BATCH, self.most), min(self.most, int(self.TARGET_SECONDS / per_row))
+            )
+        if self._wal:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        # Leave the writers time to catch up: the prune is background work.
+        time.sleep(took * settings.SIGNET_PRUNE_PAUSE_RATIO)
+        return done
+
+    def checkpoints(self, rows: list[_Row], victims: QuerySet[Checkpoint]) -> list[_Row]:
+        """Delete ``victims`` (``rows``, with their rule checked again under the write lock);
+        returns the rows deleted."""
+        if self.dry_run:
+            return rows
+        ids: list[uuid.UUID] = []
+
+        def delete() -> int:
+            ids.extend(victims.values_list("id", flat=True))
+            return checkpoints_delete_ids(ids=ids)
+
+        self._timed(delete)
+        if len(ids) == len(rows):
+            return rows
+        # A concurrent write changed the picture (a newer checkpoint was deleted, a session
+        # came back to life): count only what really went.
+        gone = set(ids)
+        return [row for row in rows if row.id in gone]
+
+    def rows(self, rows: QuerySet[Any]) -> int:
+        """Delete ``rows`` of a model that nothing references, a batch at a time."""
+        total = 0
+        for pks in _keyset_pks(rows, self):
+            if self.dry_run:
+                total += len(pks)
+                continue
+            batch = rows.filter(pk__in=pks)
+            total += self._timed(partial(batch._raw_delete, batch.db))
+        return total
+
+    def sessions(self, sessions: QuerySet[Session], count: int) -> int:
+        """Delete session rows whose checkpoints and injections went before."""
+        if self.dry_run:
+            return count
+
+        def delete() -> int:
+            _, per_model = sessions.only("id").delete()
+            return per_model.get(Session._meta.label, 0)
+
+        return self._timed(delete)
+
+
+def _prune_expired_sessions(report: PruneReport, deleter: _Deleter, *, cutoff: datetime) -> None:
     """Rule 1: sessions idle past ``cutoff``, in steps of a few sessions: their checkpoints
     and injections in batches first, then the session rows themselves."""
     expired = Session.objects.filter(last_activity_at__lt=cutoff)
+    still_expired = Q(session__last_activity_at__lt=cutoff)
     for session_ids in _keyset_pks(expired, SESSION_BATCH_SIZE):
-        still_expired = Q(session__last_activity_at__lt=cutoff)
         owned = Checkpoint.objects.filter(session_id__in=session_ids)
-        for rows in _keyset_rows(owned, batch):
+        for rows in _keyset_rows(owned, deleter):
             victims = Checkpoint.objects.filter(still_expired, id__in=[row.id for row in rows])
-            report.rules[Rule.SESSION_AGE].add(_delete_checkpoints(rows, victims, dry_run=dry_run))
-        report.injections += _delete_in_batches(
-            Injection.objects.filter(still_expired, session_id__in=session_ids), dry_run, batch
+            report.rules[Rule.SESSION_AGE].add(deleter.checkpoints(rows, victims))
+        report.injections += deleter.rows(
+            Injection.objects.filter(still_expired, session_id__in=session_ids)
         )
-        sessions = Session.objects.filter(pk__in=session_ids, last_activity_at__lt=cutoff)
-        if dry_run:
-            report.sessions += len(session_ids)
-        else:
-            with write_serialized(), transaction.atomic():
-                _, per_model = sessions.only("id").delete()
-            report.sessions += per_model.get(Session._meta.label, 0)
+        if deleter.out_of_time:  # the sessions go once nothing of theirs is left
+            return
+        report.sessions += deleter.sessions(
+            Session.objects.filter(pk__in=session_ids, last_activity_at__lt=cutoff),
+            len(session_ids),
+        )
 
 
 def _newer_in_session() -> Exists:
@@ -247,7 +405,7 @@ def _newer_in_session() -> Exists:
 
 
 def _age_batches(
-    live: QuerySet[Checkpoint], *, cutoff: datetime, batch: int
+    live: QuerySet[Checkpoint], deleter: _Deleter, *, cutoff: datetime
 ) -> Iterator[tuple[list[_Row], QuerySet[Checkpoint]]]:
     """Rule 2: checkpoints older than ``cutoff`` that have a newer one in their session.
 
@@ -255,12 +413,12 @@ def _age_batches(
     that became its session's latest in the meantime is kept.
     """
     candidates = live.filter(_newer_in_session(), created_at__lt=cutoff)
-    for rows in _keyset_rows(candidates, batch):
+    for rows in _keyset_rows(candidates, deleter):
         yield rows, candidates.filter(id__in=[row.id for row in rows])
 
 
 def _cap_batches(
-    live: QuerySet[Checkpoint], *, cap: int, cutoff: datetime, batch: int
+    live: QuerySet[Checkpoint], deleter: _Deleter, *, cap: int, cutoff: datetime
 ) -> Iterator[list[_Row]]:
     """Rule 3: in each session over ``cap``, the checkpoints older than its ``cap``-th newest
     that rule 2 leaves (not older than ``cutoff``)."""
@@ -277,7 +435,7 @@ def _cap_batches(
             row["session_id"]
             for row in over.filter(session_id__gt=last_session)[:SESSION_BATCH_SIZE]
         ]
-        if not session_ids:
+        if not session_ids or deleter.out_of_time:
             break
         last_session = session_ids[-1]
         for session_id in session_ids:
@@ -291,26 +449,26 @@ def _cap_batches(
             older = Checkpoint.objects.filter(session_id=session_id, created_at__gte=cutoff).filter(
                 Q(created_at__lt=edge_time) | Q(created_at=edge_time, id__lt=edge_id)
             )
-            for rows in _keyset_rows(older, batch):
+            for rows in _keyset_rows(older, deleter):
                 pending.extend(rows)
-                while len(pending) >= batch:
-                    yield pending[:batch]
-                    pending = pending[batch:]
+                while len(pending) >= deleter.size:
+                    yield pending[: deleter.size]
+                    pending = pending[deleter.size :]
     if pending:
         yield pending
 
 
-def _keyset_rows(rows: QuerySet[Checkpoint], batch: int) -> Iterator[list[_Row]]:
-    """``rows`` in id order, ``batch`` at a time; each query starts after the last id seen,
+def _keyset_rows(rows: QuerySet[Checkpoint], deleter: _Deleter) -> Iterator[list[_Row]]:
+    """``rows`` in id order, a batch at a time; each query starts after the last id seen,
     so the walk is the same whether or not the previous batch was deleted."""
     last: uuid.UUID | None = None
-    while True:
+    while not deleter.out_of_time:
         page = rows.order_by("id")
         if last is not None:
             page = page.filter(id__gt=last)
         found = [
             _Row(*values)
-            for values in page.values_list("id", "project_normalized", "created_at")[:batch]
+            for values in page.values_list("id", "project_normalized", "created_at")[: deleter.size]
         ]
         if not found:
             return
@@ -318,48 +476,18 @@ def _keyset_rows(rows: QuerySet[Checkpoint], batch: int) -> Iterator[list[_Row]]
         last = found[-1].id
 
 
-def _keyset_pks(rows: QuerySet[Any], batch: int) -> Iterator[list[Any]]:
+def _keyset_pks(rows: QuerySet[Any], batch: _Deleter | int) -> Iterator[list[Any]]:
     last = None
-    while True:
+    while isinstance(batch, int) or not batch.out_of_time:
         page = rows.order_by("pk")
         if last is not None:
             page = page.filter(pk__gt=last)
-        found = list(page.values_list("pk", flat=True)[:batch])
+        size = batch if isinstance(batch, int) else batch.size
+        found = list(page.values_list("pk", flat=True)[:size])
         if not found:
             return
         yield found
         last = found[-1]
-
-
-def _delete_checkpoints(
-    rows: list[_Row], victims: QuerySet[Checkpoint], *, dry_run: bool
-) -> list[_Row]:
-    """Delete ``victims`` (``rows``, rechecked) in one short transaction; the rows deleted."""
-    if dry_run:
-        return rows
-    with write_serialized(), transaction.atomic():
-        _, per_model = victims.only("id").delete()
-    deleted = per_model.get(Checkpoint._meta.label, 0)
-    if deleted == len(rows):
-        return rows
-    # A concurrent write changed the picture (a session came back to life): count only
-    # what really went.
-    kept = set(
-        Checkpoint.objects.filter(id__in=[row.id for row in rows]).values_list("id", flat=True)
-    )
-    return [row for row in rows if row.id not in kept]
-
-
-def _delete_in_batches(rows: QuerySet[Any], dry_run: bool, batch: int) -> int:
-    total = 0
-    for pks in _keyset_pks(rows, batch):
-        if dry_run:
-            total += len(pks)
-            continue
-        with write_serialized(), transaction.atomic():
-            _, per_model = rows.filter(pk__in=pks).delete()
-        total += per_model.get(rows.model._meta.label, 0)
-    return total
 
 
 def _record(report: PruneReport) -> RetentionRun:
@@ -406,7 +534,11 @@ def database_space_reclaim() -> int | None:
     if connection.vendor != "sqlite" or connection.in_atomic_block:
         return None
     with connection.cursor() as cursor:
-        cursor.execute("PRAGMA optimize")
+        with write_serialized():
+            # Fresh statistics for the planner, from a bounded sample: a full ANALYZE of a
+            # large table would hold the write lock for seconds.
+            cursor.execute("PRAGMA analysis_limit = 1000")
+            cursor.execute("PRAGMA optimize")
         cursor.execute("PRAGMA auto_vacuum")
         if cursor.fetchone()[0] != SQLITE_AUTO_VACUUM_INCREMENTAL:
             return None
@@ -419,12 +551,14 @@ def database_space_reclaim() -> int | None:
             free = cursor.fetchone()[0]
             if not free:
                 break
+            began = time.monotonic()
             with write_serialized():
                 # One statement frees one page per step: executescript steps it to the end
                 # (a cursor's execute would stop after the first page).
                 cursor.connection.executescript(
                     f"PRAGMA incremental_vacuum({min(free, VACUUM_STEP_PAGES)})"
                 )
+            time.sleep((time.monotonic() - began) * settings.SIGNET_PRUNE_PAUSE_RATIO)
             cursor.execute("PRAGMA freelist_count")
             if cursor.fetchone()[0] >= free:  # nothing more to hand back
                 break
@@ -463,11 +597,14 @@ class IdleReport:
     duration_seconds: float = 0.0
 
 
-def sessions_close_idle(*, now: datetime | None = None) -> IdleReport:
+def sessions_close_idle(
+    *, now: datetime | None = None, max_seconds: float | None = None
+) -> IdleReport:
     """End every live session with no event for ``idle_session_minutes``.
 
     Each is ended in its own transaction holding its row, as a SessionEnd would: its pending
     checkpoint is written first, and a final one if anything changed. The run is recorded.
+    With ``max_seconds`` it stops once that time is spent; the next run goes on.
     """
     config = config_get()
     now = now or timezone.now()
@@ -476,6 +613,8 @@ def sessions_close_idle(*, now: datetime | None = None) -> IdleReport:
     idle = Session.objects.filter(ended_at__isnull=True, last_activity_at__lt=cutoff)
     report = IdleReport()
     for session_ids in _keyset_pks(idle, SESSION_BATCH_SIZE):
+        if max_seconds is not None and time.monotonic() - began >= max_seconds:
+            break
         for session_id in session_ids:
             with write_serialized(), transaction.atomic():
                 # Re-checked under the lock: an event may have arrived since the look-up.

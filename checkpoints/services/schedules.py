@@ -60,7 +60,10 @@ def schedules_ensure(*, config: ContinuityConfig) -> list[ScheduleState]:
             extra.delete()
         schedule = found[0] if found else None
         if schedule is None:
-            schedule = Schedule.objects.create(name=name, repeats=-1, next_run=now, **fields)
+            # The first run comes one interval after registration: a fresh install has
+            # nothing to prune, and a restart must not prune at once.
+            first = now + timedelta(minutes=fields["minutes"])
+            schedule = Schedule.objects.create(name=name, repeats=-1, next_run=first, **fields)
             change = "created"
         elif any(getattr(schedule, key) != value for key, value in fields.items()) or (
             schedule.repeats != -1

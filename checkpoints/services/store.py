@@ -6,6 +6,7 @@ writes of checkpoints: explicit capture, deletes, and a session's closing checkp
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
+from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.redaction import redact, redact_clip, redact_data
@@ -184,6 +185,28 @@ def checkpoints_delete(*, owner: User, session_key: str, checkpoint_id: str | No
     if checkpoint_id is not None:
         rows = rows.filter(id=checkpoint_id)
     deleted, _ = rows.delete()
+    return deleted
+
+
+# Every reference to a checkpoint, and what its deletion does to it. ``checkpoints_delete_ids``
+# applies these by hand (Django's collector would load each row first); a test holds this
+# list against the models, so a new reference cannot be missed.
+CHECKPOINT_REFERENCES = (
+    ("checkpoints.Checkpoint", "parent"),
+    ("checkpoints.Injection", "checkpoint"),
+)
+
+
+def checkpoints_delete_ids(*, ids: Sequence[uuid.UUID]) -> int:
+    """Delete these checkpoints in the caller's transaction, in three statements whatever
+    their number: children and injections lose the reference (both ``SET_NULL``), then the
+    rows go. Returns the number deleted. For bulk deletes (the prune)."""
+    if not ids:
+        return 0
+    Checkpoint.objects.filter(parent_id__in=ids).update(parent=None)
+    Injection.objects.filter(checkpoint_id__in=ids).update(checkpoint=None)
+    # The collector's own last step, without its row-by-row loading.
+    deleted: int = Checkpoint.objects.filter(id__in=ids)._raw_delete(Checkpoint.objects.db)
     return deleted
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from checkpoints.services.retention import BATCH_SIZE, prune_run
+from checkpoints.services.retention import BATCH_SIZE, background_priority, prune_run
 
 
 class Command(BaseCommand):
@@ -30,5 +30,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options["dry_run"]:
+            background_priority()
         report = prune_run(dry_run=options["dry_run"], batch_size=max(1, options["batch_size"]))
         self.stdout.write("\n".join(report.lines(projects=options["projects"])))
