@@ -12,7 +12,7 @@ overlap and a dry run predicts the real run exactly:
 
 Rows are selected in keyset order, a bounded batch at a time, and each batch is deleted in
 its own short transaction, so memory stays flat and hook writes queue behind one batch at
-most. The dry run walks exactly the same batches and only skips the deletes.
+most. The dry run walks exactly the same rows and only skips the deletes.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ logger = logging.getLogger(__name__)
 PRUNE_TASK = "checkpoints.tasks.retention_prune_task"
 BATCH_SIZE = 1000  # rows per delete transaction, at most
 SESSION_BATCH_SIZE = 200  # sessions looked at per step of the session rules
-# SQLite space is handed back this many pages (of 4 KiB) per write transaction.
-VACUUM_STEP_PAGES = 256
+# SQLite space is handed back a few pages (of 4 KiB) per write transaction, starting here.
+VACUUM_FIRST_STEP_PAGES = 64
 # The pruner's SQLite page cache: the indexes it walks stay in memory between batches.
 CACHE_KIB = 32 * 1024
 
@@ -546,6 +546,7 @@ def database_space_reclaim() -> int | None:
         page_size = cursor.fetchone()[0]
         cursor.execute("PRAGMA page_count")
         pages_before = cursor.fetchone()[0]
+        step = VACUUM_FIRST_STEP_PAGES
         while True:
             cursor.execute("PRAGMA freelist_count")
             free = cursor.fetchone()[0]
@@ -555,10 +556,12 @@ def database_space_reclaim() -> int | None:
             with write_serialized():
                 # One statement frees one page per step: executescript steps it to the end
                 # (a cursor's execute would stop after the first page).
-                cursor.connection.executescript(
-                    f"PRAGMA incremental_vacuum({min(free, VACUUM_STEP_PAGES)})"
-                )
-            time.sleep((time.monotonic() - began) * settings.SIGNET_PRUNE_PAUSE_RATIO)
+                cursor.connection.executescript(f"PRAGMA incremental_vacuum({min(free, step)})")
+            took = time.monotonic() - began
+            # Moving a page costs more the larger the file: size the next step to hold the
+            # write lock about as long as a delete batch.
+            step = max(16, min(4096, int(step * _Deleter.TARGET_SECONDS / max(took, 1e-4))))
+            time.sleep(took * settings.SIGNET_PRUNE_PAUSE_RATIO)
             cursor.execute("PRAGMA freelist_count")
             if cursor.fetchone()[0] >= free:  # nothing more to hand back
                 break
