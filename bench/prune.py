@@ -217,7 +217,7 @@ def database_bytes(env: dict[str, str]) -> int:
     if env.get("DATABASE_URL"):
         out = subprocess.run(
             [sys.executable, "manage.py", "shell", "-c",
-             "from checkpoints.services.retention import database_size;"
+             "from checkpoints.selectors import database_size;"
              "print(database_size()['bytes'])"],
             cwd=PROJECT, env=env, check=True, capture_output=True, text=True,
         )  # fmt: skip

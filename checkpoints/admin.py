@@ -28,6 +28,9 @@ from checkpoints.services.config import config_get, config_save
 from checkpoints.services.retention import RULE_TITLES, prune_run
 from checkpoints.services.tokens import token_assign_secret, token_revoke
 
+# The retention preview runs in a web request: it stops before gunicorn's 30 s timeout.
+PREVIEW_SECONDS = 15.0
+
 
 class LiveFilter(admin.SimpleListFilter):
     title = "state"
@@ -203,7 +206,7 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
         """The dry run of the prune under the saved policy: exactly what a run would delete."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        report = prune_run(dry_run=True)
+        report = prune_run(dry_run=True, max_seconds=PREVIEW_SECONDS)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -240,7 +243,7 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
         messages.success(
             request,
             "Continuity settings saved; they apply to the next request, and the schedules "
-            "were re-registered.",
+            "follow them.",
         )
         return HttpResponseRedirect(request.path)
 

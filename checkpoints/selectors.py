@@ -10,9 +10,10 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Count, QuerySet
+from django_q.models import Schedule
 
 from checkpoints.models import Checkpoint, RetentionRun, Session
-from checkpoints.services.schedules import IDLE_CLOSE, PRUNE, schedule_next_run
+from checkpoints.services.schedules import IDLE_CLOSE, PRUNE
 
 
 def session_list(*, owner: User, limit: int = 50) -> QuerySet[Session]:
@@ -123,3 +124,28 @@ def retention_overview() -> RetentionOverview:
         last_prune=last(RetentionRun.Kind.PRUNE),
         last_idle_close=last(RetentionRun.Kind.IDLE_CLOSE),
     )
+
+
+def schedule_next_run(name: str) -> datetime | None:
+    """When the scheduler will next run the schedule ``name`` (None when not registered)."""
+    next_run: datetime | None = (
+        Schedule.objects.filter(name=name).values_list("next_run", flat=True).first()
+    )
+    return next_run
+
+
+def database_size() -> dict[str, int] | None:
+    """The database's size in bytes (and, on SQLite, the free space inside the file)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA page_count")
+            pages = cursor.fetchone()[0]
+            cursor.execute("PRAGMA freelist_count")
+            free = cursor.fetchone()[0]
+            cursor.execute("PRAGMA page_size")
+            size = cursor.fetchone()[0]
+            return {"bytes": pages * size, "free_bytes": free * size}
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_database_size(current_database())")
+            return {"bytes": int(cursor.fetchone()[0])}
+    return None

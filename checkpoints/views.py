@@ -13,8 +13,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from checkpoints.selectors import session_list
-from checkpoints.services.retention import database_size
+from checkpoints.selectors import database_size, session_list
 
 logger = logging.getLogger(__name__)
 

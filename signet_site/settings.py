@@ -224,7 +224,11 @@ SIGNET_CONFIG_DEFAULTS: dict[str, Any] = {
     "time_interval_minutes": env.int("SIGNET_TIME_INTERVAL_MINUTES", default=15),
     "max_checkpoints_per_session": env.int("SIGNET_MAX_CHECKPOINTS_PER_SESSION", default=50),
     "retention_days": env.int("SIGNET_RETENTION_DAYS", default=7),
-    "session_retention_days": env.int("SIGNET_SESSION_RETENTION_DAYS", default=90),
+    # Never shorter than the checkpoint retention (a session's deletion takes its checkpoints).
+    "session_retention_days": env.int(
+        "SIGNET_SESSION_RETENTION_DAYS",
+        default=max(90, env.int("SIGNET_RETENTION_DAYS", default=7)),
+    ),
     "idle_session_minutes": env.int("SIGNET_IDLE_SESSION_MINUTES", default=240),
     "prune_interval_minutes": env.int("SIGNET_PRUNE_INTERVAL_MINUTES", default=60),
     "recovery_budget_chars": env.int("SIGNET_RECOVERY_BUDGET_CHARS", default=2000),

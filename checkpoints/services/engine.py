@@ -130,7 +130,7 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         session.save()
         if step.newly_pending:
             session_id = session.pk
-            transaction.on_commit(lambda: pending_enqueue(session_id))
+            transaction.on_commit(lambda: pending_enqueue(session_id=session_id))
     return Outcome(context=step.context)
 
 
@@ -275,7 +275,7 @@ def _recovery_context(
 def _on_session_start(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    pending_flush_now(session, config, now)
+    pending_flush_now(session=session, config=config, now=now)
     session.ended_at = None
     session.end_reason = ""
     if event.model:
@@ -298,7 +298,7 @@ def _on_session_start(
 def _on_prompt(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    pending_flush_if_due(session, config, now)
+    pending_flush_if_due(session=session, config=config, now=now)
     text = event.prompt  # redacted before anything is derived from it
     session.prompt_count += 1
     session.changed_since_checkpoint = True
@@ -311,7 +311,7 @@ def _on_prompt(
         terms = query_terms(text)
         if terms:
             session.recent_queries = _push(session.recent_queries, terms, MAX_QUERIES)
-    step = _Step(newly_pending=pending_mark_if_due(session, config, now))
+    step = _Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
     if session.recovery_due:  # the SessionStart after compaction delivered nothing
         session.recovery_due = False
         step.context = _recovery_context(session, config, now, "prompt")
@@ -330,17 +330,17 @@ def _add_files(session: Session, paths: Iterable[str]) -> None:
 def _on_tool_use(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    pending_flush_if_due(session, config, now)
+    pending_flush_if_due(session=session, config=config, now=now)
     if event.files:
         _add_files(session, event.files)
         session.changed_since_checkpoint = True
-    return _Step(newly_pending=pending_mark_if_due(session, config, now))
+    return _Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
 
 
 def _on_remember(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    pending_flush_if_due(session, config, now)
+    pending_flush_if_due(session=session, config=config, now=now)
     if event.remember:
         session.recent_remembers = _push(session.recent_remembers, event.remember, MAX_REMEMBERS)
         session.changed_since_checkpoint = True
@@ -374,7 +374,7 @@ def _on_pre_compact(
 def _on_post_compact(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    pending_flush_if_due(session, config, now)
+    pending_flush_if_due(session=session, config=config, now=now)
     if event.compact_summary:
         session.compact_summary = event.compact_summary
     session.recovery_due = True
@@ -384,10 +384,10 @@ def _on_post_compact(
 def _on_stop(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
-    pending_flush_if_due(session, config, now)
+    pending_flush_if_due(session=session, config=config, now=now)
     if event.last_assistant_message:
         session.last_assistant_message = event.last_assistant_message
-    return _Step(newly_pending=pending_mark_if_due(session, config, now))
+    return _Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
 
 
 def _on_session_end(

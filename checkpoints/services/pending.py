@@ -38,7 +38,7 @@ def pending_due(*, pending_since: datetime | None, config: ContinuityConfig, now
     return pending_since is not None and pending_since <= pending_cutoff(config=config, now=now)
 
 
-def pending_mark_if_due(session: Session, config: ContinuityConfig, now: datetime) -> bool:
+def pending_mark_if_due(*, session: Session, config: ContinuityConfig, now: datetime) -> bool:
     """Mark a periodic checkpoint pending when one is due; True when this call marked it.
 
     Due: something changed since the last checkpoint, and ``prompt_interval`` prompts or
@@ -59,19 +59,19 @@ def pending_mark_if_due(session: Session, config: ContinuityConfig, now: datetim
     return True
 
 
-def pending_flush_if_due(session: Session, config: ContinuityConfig, now: datetime) -> None:
+def pending_flush_if_due(*, session: Session, config: ContinuityConfig, now: datetime) -> None:
     """Write the locked session's pending checkpoint once its debounce has passed."""
     if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
         checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
 
 
-def pending_flush_now(session: Session, config: ContinuityConfig, now: datetime) -> None:
+def pending_flush_now(*, session: Session, config: ContinuityConfig, now: datetime) -> None:
     """Write the locked session's pending checkpoint, debounce or not (a boundary event)."""
     if session.checkpoint_pending_since is not None:
         checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
 
 
-def pending_enqueue(session_id: int) -> None:
+def pending_enqueue(*, session_id: int) -> None:
     """Queue the write of a session's pending checkpoint, off the request.
 
     The task is named by its dotted path, so nothing here imports the task module. Failing

@@ -1,7 +1,8 @@
 """Retention: the prune (checkpoint age, session age, per-session cap) and the idle-session close.
 
-The prune applies three rules, each to the state as it was when the run began, so they never
-overlap and a dry run predicts the real run exactly:
+The prune applies three rules, with cutoffs fixed when the run begins. Each rule leaves out
+what an earlier one takes, so they never overlap, and a dry run predicts the real run exactly
+(rows written meanwhile aside):
 
 1. ``session_age``: a session whose last activity is older than ``session_retention_days``
    goes, with all its checkpoints and injections.
@@ -17,6 +18,7 @@ most. The dry run walks exactly the same rows and only skips the deletes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -31,6 +33,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -50,6 +53,7 @@ from checkpoints.services.store import checkpoints_delete_ids, session_close
 logger = logging.getLogger(__name__)
 
 PRUNE_TASK = "checkpoints.tasks.retention_prune_task"
+PRUNE_LEASE_KEY = "signet:retention:prune-lease"
 BATCH_SIZE = 1000  # rows per delete transaction, at most
 SESSION_BATCH_SIZE = 200  # sessions looked at per step of the session rules
 # SQLite space is handed back a few pages (of 4 KiB) per write transaction, starting here.
@@ -121,6 +125,7 @@ class PruneReport:
     duration_seconds: float = 0.0
     bytes_reclaimed: int | None = None
     complete: bool = True  # False: stopped at its time budget, the rest left for next time
+    skipped: bool = False  # another prune was running: this one did nothing
 
     @property
     def checkpoints(self) -> int:
@@ -139,10 +144,13 @@ class PruneReport:
             "injections": self.injections,
             "hook_deliveries": self.hook_deliveries,
             "complete": self.complete,
+            "skipped": self.skipped,
         }
 
     def lines(self, *, projects: int = 10) -> list[str]:
         """The report as text, for the command and the admin's preview."""
+        if self.skipped:
+            return ["Another prune is running; this one did nothing."]
         verb = "would delete" if self.dry_run else "deleted"
         lines = [
             f"Prune {'(dry run) ' if self.dry_run else ''}at {self.now:%Y-%m-%d %H:%M:%S %Z}: "
@@ -172,7 +180,10 @@ class PruneReport:
             )
             lines.append(f"  took {self.duration_seconds:.2f} s{reclaimed}")
         if not self.complete:
-            lines.append("  stopped at its time budget: the rest goes in the next run")
+            lines.append(
+                "  stopped at its time budget: the counts are partial"
+                + ("" if self.dry_run else "; the rest goes in the next run")
+            )
         return lines
 
 
@@ -204,7 +215,13 @@ def prune_run(
     session_cutoff = now - config.session_retention
     checkpoint_cutoff = now - config.retention
     deadline = None if max_seconds is None else began + max_seconds
-    with _Deleter.open(dry_run=dry_run, batch_size=batch_size, deadline=deadline) as deleter:
+    with contextlib.ExitStack() as stack:
+        if not dry_run and not stack.enter_context(_prune_lease()):
+            report.skipped = True
+            return report
+        deleter = stack.enter_context(
+            _Deleter.open(dry_run=dry_run, batch_size=batch_size, deadline=deadline)
+        )
         _prune_expired_sessions(report, deleter, cutoff=session_cutoff)
         live = Checkpoint.objects.filter(session__last_activity_at__gte=session_cutoff)
         for rows, victims in _age_batches(live, deleter, cutoff=checkpoint_cutoff):
@@ -212,21 +229,38 @@ def prune_run(
         for rows in _cap_batches(
             live, deleter, cap=config.max_checkpoints_per_session, cutoff=checkpoint_cutoff
         ):
-            victims = Checkpoint.objects.filter(id__in=[row.id for row in rows])
+            # Re-checked: never a session's latest, whatever was deleted meanwhile.
+            victims = partial(
+                Checkpoint.objects.filter, _newer_in_session(), id__in=[row.id for row in rows]
+            )
             report.rules[Rule.CAP].add(deleter.checkpoints(rows, victims))
         report.hook_deliveries = deleter.rows(
             HookDelivery.objects.filter(created_at__lt=checkpoint_cutoff)
         )
         report.complete = not deleter.out_of_time
-    if not dry_run:
-        # The run history goes with the sessions it describes.
-        RetentionRun.objects.filter(started_at__lt=session_cutoff).delete()
-        if report.checkpoints or report.sessions:
-            report.bytes_reclaimed = database_space_reclaim()
+        if not dry_run:
+            # The run history goes with the sessions it describes.
+            RetentionRun.objects.filter(started_at__lt=session_cutoff).delete()
+            if report.complete:  # else the continuation hands the space back
+                report.bytes_reclaimed = database_space_reclaim(deadline=deadline)
+            report.duration_seconds = time.monotonic() - began
+            _record(report)
     report.duration_seconds = time.monotonic() - began
-    if not dry_run:
-        _record(report)
     return report
+
+
+@contextmanager
+def _prune_lease() -> Iterator[bool]:
+    """One real prune at a time, across workers and hosts (the shared cache): a scheduled
+    run, its continuation and a hand-run command must not delete side by side. Yields
+    False when another prune holds the lease; it expires with django-q2's task limit."""
+    token = uuid.uuid4().hex
+    held = cache.add(PRUNE_LEASE_KEY, token, timeout=int(settings.Q_CLUSTER["timeout"]) + 30)
+    try:
+        yield held
+    finally:
+        if held and cache.get(PRUNE_LEASE_KEY) == token:
+            cache.delete(PRUNE_LEASE_KEY)
 
 
 def prune_scheduled() -> PruneReport:
@@ -240,7 +274,7 @@ def prune_scheduled() -> PruneReport:
 
     background_priority()
     report = prune_run(max_seconds=task_seconds())
-    if not report.complete:
+    if not report.complete and not report.skipped:
         async_task(PRUNE_TASK, task_name="retention-prune-continued")
     return report
 
@@ -256,7 +290,10 @@ def background_priority() -> None:
 
     Retention runs beside the web workers on the same cores: measured in bench/prune.py,
     the hooks' p99 during a prune is steadier when the prune yields the CPU to them. Only
-    background processes call this (the django-q2 worker, the prune command).
+    background processes call this: the prune command, and the django-q2 worker, which
+    then keeps the lower priority for its life (until django-q2 recycles it) for its other
+    background tasks too. Those hold the write lock only briefly, and a process waiting
+    for that lock leaves the CPU to whoever holds it.
     """
     target = settings.SIGNET_BACKGROUND_NICENESS
     current = os.nice(0)
@@ -283,7 +320,8 @@ class _Deleter:
         self.deadline = deadline
         self.batches = 0
         self.most = max(1, batch_size)
-        self.size = self.most
+        # A dry run walks in full batches; a real one starts small and grows to the target.
+        self.size = self.most if dry_run else min(self.MIN_BATCH, self.most)
         self._wal = not dry_run and connection.vendor == "sqlite" and not connection.in_atomic_block
 
     @classmethod
@@ -314,10 +352,11 @@ class _Deleter:
         return self.deadline is not None and self.batches > 0 and time.monotonic() >= self.deadline
 
     def _timed(self, delete: Callable[[], int]) -> int:
-        began = time.monotonic()
-        with write_serialized(), transaction.atomic():
-            done = delete()
-        took = time.monotonic() - began
+        with write_serialized():
+            began = time.monotonic()  # the lock's hold, not the wait for it
+            with transaction.atomic():
+                done = delete()
+            took = time.monotonic() - began
         self.batches += 1
         if done:
             per_row = took / done
@@ -331,15 +370,18 @@ class _Deleter:
         time.sleep(took * settings.SIGNET_PRUNE_PAUSE_RATIO)
         return done
 
-    def checkpoints(self, rows: list[_Row], victims: QuerySet[Checkpoint]) -> list[_Row]:
-        """Delete ``victims`` (``rows``, with their rule checked again under the write lock);
-        returns the rows deleted."""
+    def checkpoints(
+        self, rows: list[_Row], victims: Callable[[], QuerySet[Checkpoint]]
+    ) -> list[_Row]:
+        """Delete ``rows``; ``victims`` gives them again inside the write transaction, with
+        their rule checked anew (and rows locked where it needs). Returns the rows deleted."""
         if self.dry_run:
+            self.batches += 1
             return rows
         ids: list[uuid.UUID] = []
 
         def delete() -> int:
-            ids.extend(victims.values_list("id", flat=True))
+            ids.extend(victims().values_list("id", flat=True))
             return checkpoints_delete_ids(ids=ids)
 
         self._timed(delete)
@@ -350,24 +392,36 @@ class _Deleter:
         gone = set(ids)
         return [row for row in rows if row.id in gone]
 
-    def rows(self, rows: QuerySet[Any]) -> int:
-        """Delete ``rows`` of a model that nothing references, a batch at a time."""
+    def rows(
+        self,
+        rows: QuerySet[Any],
+        within: Callable[[QuerySet[Any]], QuerySet[Any]] = lambda batch: batch,
+    ) -> int:
+        """Delete ``rows`` of a model that nothing references, a batch at a time; ``within``
+        narrows a batch inside its transaction (a re-check)."""
         total = 0
         for pks in _keyset_pks(rows, self):
             if self.dry_run:
+                self.batches += 1
                 total += len(pks)
                 continue
-            batch = rows.filter(pk__in=pks)
-            total += self._timed(partial(batch._raw_delete, batch.db))
+
+            def delete(pks: list[Any] = pks) -> int:
+                batch = within(rows.filter(pk__in=pks))
+                deleted: int | None = batch._raw_delete(batch.db)
+                return deleted or 0  # None: the re-check left nothing to delete
+
+            total += self._timed(delete)
         return total
 
-    def sessions(self, sessions: QuerySet[Session], count: int) -> int:
-        """Delete session rows whose checkpoints and injections went before."""
+    def sessions(self, pick: Callable[[], list[int]], count: int) -> int:
+        """Delete the sessions ``pick`` returns inside the transaction (their checkpoints and
+        injections went before); a dry run counts ``count``."""
         if self.dry_run:
             return count
 
         def delete() -> int:
-            _, per_model = sessions.only("id").delete()
+            _, per_model = Session.objects.filter(pk__in=pick()).only("id").delete()
             return per_model.get(Session._meta.label, 0)
 
         return self._timed(delete)
@@ -375,23 +429,34 @@ class _Deleter:
 
 def _prune_expired_sessions(report: PruneReport, deleter: _Deleter, *, cutoff: datetime) -> None:
     """Rule 1: sessions idle past ``cutoff``, in steps of a few sessions: their checkpoints
-    and injections in batches first, then the session rows themselves."""
+    and injections in batches first, then the session rows themselves.
+
+    Every batch first locks the sessions of its step that are still expired: a hook that
+    brings one back to life holds the same row lock (PostgreSQL; on SQLite all writers
+    queue anyway), so a session is never pruned under a hook that is resuming it.
+    """
     expired = Session.objects.filter(last_activity_at__lt=cutoff)
-    still_expired = Q(session__last_activity_at__lt=cutoff)
     for session_ids in _keyset_pks(expired, SESSION_BATCH_SIZE):
+
+        def still_expired(session_ids: list[int] = session_ids) -> list[int]:
+            locked = expired.select_for_update().filter(pk__in=session_ids)
+            return list(locked.values_list("pk", flat=True))
+
         owned = Checkpoint.objects.filter(session_id__in=session_ids)
         for rows in _keyset_rows(owned, deleter):
-            victims = Checkpoint.objects.filter(still_expired, id__in=[row.id for row in rows])
+            ids = [row.id for row in rows]
+
+            def victims(ids: list[uuid.UUID] = ids) -> QuerySet[Checkpoint]:
+                return Checkpoint.objects.filter(session_id__in=still_expired(), id__in=ids)
+
             report.rules[Rule.SESSION_AGE].add(deleter.checkpoints(rows, victims))
         report.injections += deleter.rows(
-            Injection.objects.filter(still_expired, session_id__in=session_ids)
+            Injection.objects.filter(session_id__in=session_ids),
+            within=lambda batch: batch.filter(session_id__in=still_expired()),
         )
         if deleter.out_of_time:  # the sessions go once nothing of theirs is left
             return
-        report.sessions += deleter.sessions(
-            Session.objects.filter(pk__in=session_ids, last_activity_at__lt=cutoff),
-            len(session_ids),
-        )
+        report.sessions += deleter.sessions(still_expired, len(session_ids))
 
 
 def _newer_in_session() -> Exists:
@@ -406,7 +471,7 @@ def _newer_in_session() -> Exists:
 
 def _age_batches(
     live: QuerySet[Checkpoint], deleter: _Deleter, *, cutoff: datetime
-) -> Iterator[tuple[list[_Row], QuerySet[Checkpoint]]]:
+) -> Iterator[tuple[list[_Row], Callable[[], QuerySet[Checkpoint]]]]:
     """Rule 2: checkpoints older than ``cutoff`` that have a newer one in their session.
 
     Yields each batch with the queryset that deletes it: the same condition, so a checkpoint
@@ -414,7 +479,7 @@ def _age_batches(
     """
     candidates = live.filter(_newer_in_session(), created_at__lt=cutoff)
     for rows in _keyset_rows(candidates, deleter):
-        yield rows, candidates.filter(id__in=[row.id for row in rows])
+        yield rows, partial(candidates.filter, id__in=[row.id for row in rows])
 
 
 def _cap_batches(
@@ -506,39 +571,25 @@ def _record(report: PruneReport) -> RetentionRun:
     )
 
 
-def database_size() -> dict[str, int] | None:
-    """The database's size in bytes (and, on SQLite, the free space inside the file)."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("PRAGMA page_count")
-            pages = cursor.fetchone()[0]
-            cursor.execute("PRAGMA freelist_count")
-            free = cursor.fetchone()[0]
-            cursor.execute("PRAGMA page_size")
-            size = cursor.fetchone()[0]
-            return {"bytes": pages * size, "free_bytes": free * size}
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_database_size(current_database())")
-            return {"bytes": int(cursor.fetchone()[0])}
-    return None
+def database_space_reclaim(*, deadline: float | None = None) -> int | None:
+    """After a prune, on SQLite: refresh the planner's statistics and hand the freed pages
+    back to the file system, a few at a time (each step holds the write lock about as long
+    as a delete batch), until none are free or ``deadline`` (``time.monotonic()``) passes;
+    the next run goes on. Returns the bytes returned.
 
-
-def database_space_reclaim() -> int | None:
-    """After a large delete: refresh the planner's statistics and, on SQLite, hand the freed
-    pages back to the file system a few thousand at a time. Returns the bytes returned.
-
-    PostgreSQL's autovacuum makes freed space reusable on its own; nothing is done there.
-    Space is returned on SQLite only when the file uses incremental auto-vacuum, which
+    On PostgreSQL nothing is done: autovacuum makes freed space reusable on its own. Space
+    goes back on SQLite only when the file uses incremental auto-vacuum, which
     ``sqlite_prepare`` sets up (``manage.py serve`` runs it).
     """
     if connection.vendor != "sqlite" or connection.in_atomic_block:
         return None
     with connection.cursor() as cursor:
         with write_serialized():
-            # Fresh statistics for the planner, from a bounded sample: a full ANALYZE of a
-            # large table would hold the write lock for seconds.
+            # Statistics from a bounded sample: a full ANALYZE of a large table would hold
+            # the write lock for seconds.
             cursor.execute("PRAGMA analysis_limit = 1000")
             cursor.execute("PRAGMA optimize")
+            cursor.execute("PRAGMA analysis_limit = 0")
         cursor.execute("PRAGMA auto_vacuum")
         if cursor.fetchone()[0] != SQLITE_AUTO_VACUUM_INCREMENTAL:
             return None
@@ -547,7 +598,7 @@ def database_space_reclaim() -> int | None:
         cursor.execute("PRAGMA page_count")
         pages_before = cursor.fetchone()[0]
         step = VACUUM_FIRST_STEP_PAGES
-        while True:
+        while deadline is None or time.monotonic() < deadline:
             cursor.execute("PRAGMA freelist_count")
             free = cursor.fetchone()[0]
             if not free:

@@ -85,11 +85,3 @@ def schedules_ensure(*, config: ContinuityConfig) -> list[ScheduleState]:
         states.append(ScheduleState(stale.name, stale.func, stale.minutes or 0, None, "removed"))
         stale.delete()
     return states
-
-
-def schedule_next_run(name: str) -> datetime | None:
-    """When the scheduler will next run the schedule ``name`` (None when not registered)."""
-    next_run: datetime | None = (
-        Schedule.objects.filter(name=name).values_list("next_run", flat=True).first()
-    )
-    return next_run

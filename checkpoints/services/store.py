@@ -206,8 +206,8 @@ def checkpoints_delete_ids(*, ids: Sequence[uuid.UUID]) -> int:
     Checkpoint.objects.filter(parent_id__in=ids).update(parent=None)
     Injection.objects.filter(checkpoint_id__in=ids).update(checkpoint=None)
     # The collector's own last step, without its row-by-row loading.
-    deleted: int = Checkpoint.objects.filter(id__in=ids)._raw_delete(Checkpoint.objects.db)
-    return deleted
+    deleted: int | None = Checkpoint.objects.filter(id__in=ids)._raw_delete(Checkpoint.objects.db)
+    return deleted or 0
 
 
 def session_close(

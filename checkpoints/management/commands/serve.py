@@ -1,7 +1,8 @@
 """``manage.py serve``: set up, then run the web server and the scheduler together.
 
 This is what ``make run`` calls. It migrates, creates the cache table, collects static
-files, registers the schedules (``setup_schedules``), makes sure the admin exists, then
+files, switches an older SQLite file to incremental auto-vacuum (one ``VACUUM``, once),
+registers the schedules (``setup_schedules``), makes sure the admin exists, then
 starts gunicorn and the django-q2 cluster as two child processes in the foreground.
 Ctrl-C (or SIGTERM) stops both; if either dies, the other is stopped too and the command
 exits with an error.
