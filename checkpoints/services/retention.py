@@ -312,7 +312,7 @@ class _Deleter:
     auto-checkpoint threshold.
     """
 
-    TARGET_SECONDS = 0.010
+    TARGET_SECONDS = 0.005
     MIN_BATCH = 50
 
     def __init__(self, *, dry_run: bool, batch_size: int, deadline: float | None) -> None:

@@ -24,7 +24,7 @@ class Command(BaseCommand):
             type=int,
             default=BATCH_SIZE,
             help=f"Rows per delete transaction at most (default {BATCH_SIZE}); batches are "
-            "sized to hold the write lock about 10 ms.",
+            "sized to hold the write lock about 5 ms.",
         )
         parser.add_argument(
             "--projects", type=int, default=10, help="Projects listed per rule (default 10)."
