@@ -12,7 +12,6 @@ Prints requests/s and p50/p99 for both and the ratio the hook path is judged by
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import statistics
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.service import running_service
+from bench.service import post_json, running_service
 
 PAYLOAD = json.loads(
     (
@@ -48,27 +47,18 @@ def drive(url: str, path: str, token: str, sessions: int, per_session: int) -> d
                 {**PAYLOAD, "session_id": f"bench-{index}", "prompt": f"step {number} of task"}
             )
             began = time.perf_counter()
-            conn = http.client.HTTPConnection(
-                parsed.hostname or "127.0.0.1", parsed.port, timeout=30
-            )
             try:
-                conn.request(
-                    "POST",
-                    path,
+                status = post_json(
+                    host=parsed.hostname or "127.0.0.1",
+                    port=parsed.port,
+                    path=path,
+                    token=token,
                     body=body,
-                    headers={
-                        "Authorization": f"Bearer {token}",
-                        "Content-Type": "application/json",
-                    },
                 )
-                response = conn.getresponse()
-                response.read()
-                if response.status != 200:
-                    failures.append(f"{response.status}")
+                if status != 200:
+                    failures.append(f"{status}")
             except OSError as exc:
                 failures.append(repr(exc))
-            finally:
-                conn.close()
             mine.append(time.perf_counter() - began)
         with lock:
             latencies.extend(mine)

@@ -17,7 +17,6 @@ the prune against its p99 without it (goal: ratio <= 3, peak RSS < 200 MiB).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import re
@@ -35,9 +34,10 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.service import running_service  # noqa: E402
+from bench.service import post_json, running_service  # noqa: E402
 
 PAYLOAD = json.loads((PROJECT / "tests/fixtures/claude_code/user_prompt_submit.json").read_text())
+HOOK = "/api/hooks/claude-code/"
 KEPT_RECENT = 5  # checkpoints per session inside the 7-day retention
 EXPIRED_EVERY = 20  # one session in 20 is past the 90-day session retention
 ROWS_PER_TRANSACTION = 20_000
@@ -172,25 +172,13 @@ class Writer:
         )
         self.sent += 1
         began = time.perf_counter()
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
         try:
-            conn.request(
-                "POST",
-                "/api/hooks/claude-code/",
-                body=body,
-                headers={
-                    "Authorization": f"Bearer {self.token}",
-                    "Content-Type": "application/json",
-                },
+            status = post_json(
+                host=self.host, port=self.port, path=HOOK, token=self.token, body=body
             )
-            response = conn.getresponse()
-            response.read()
-            if response.status != 200:
-                self.failures += 1
         except OSError:
-            self.failures += 1
-        finally:
-            conn.close()
+            status = 0
+        self.failures += status != 200
         return time.perf_counter() - began
 
     def run_for(self, seconds: float) -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -25,6 +26,23 @@ class Running:
     url: str
     token: str
     env: dict[str, str]
+
+
+def post_json(*, host: str, port: int | None, path: str, token: str, body: str) -> int:
+    """POST ``body`` over a fresh connection, as a hook does; the status (OSError if none)."""
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
 
 
 def free_port() -> int:

@@ -75,6 +75,22 @@ def checkpoint_at(session, clock, *, days_ago, **fields):
     )
 
 
+def aged_in_bulk(session, clock, *, count, digest=""):
+    """``count`` checkpoints of ``session``, ten days old and a second apart, in one insert."""
+    Checkpoint.objects.bulk_create(
+        Checkpoint(
+            owner_id=session.owner_id,
+            session=session,
+            session_key=session.session_key,
+            harness=session.harness,
+            trigger=Trigger.PERIODIC,
+            digest=digest,
+            created_at=clock.now - timedelta(days=10, seconds=number),
+        )
+        for number in range(count)
+    )
+
+
 def ages(session):
     """The ages (days, rounded) of a session's surviving checkpoints, newest first."""
     now = timezone.now()
@@ -374,20 +390,7 @@ def test_sqlite_returns_the_space_a_large_prune_freed(owner, clock):
     assert sqlite_prepare() == ""  # a new file starts in incremental auto-vacuum
     configure(retention_days=7)
     session = session_at(owner, clock, days_ago=0)
-    Checkpoint.objects.bulk_create(
-        [
-            Checkpoint(
-                owner=owner,
-                session=session,
-                session_key=session.session_key,
-                harness=session.harness,
-                trigger=Trigger.PERIODIC,
-                digest="x" * 4000,
-                created_at=clock.now - timedelta(days=10, minutes=number),
-            )
-            for number in range(500)
-        ]
-    )
+    aged_in_bulk(session, clock, count=500, digest="x" * 4000)
     checkpoint_at(session, clock, days_ago=0)
     before = database_size()
 
@@ -469,19 +472,7 @@ def test_the_scheduled_prune_queues_its_own_continuation(owner, clock, monkeypat
     session = session_at(owner, clock, days_ago=0)
     for number in range(3):
         checkpoint_at(session, clock, days_ago=8 + number)
-    Checkpoint.objects.bulk_create(
-        [
-            Checkpoint(
-                owner=owner,
-                session=session,
-                session_key=session.session_key,
-                harness=session.harness,
-                trigger=Trigger.PERIODIC,
-                created_at=clock.now - timedelta(days=10, seconds=number),
-            )
-            for number in range(120)
-        ]
-    )
+    aged_in_bulk(session, clock, count=120)
     checkpoint_at(session, clock, days_ago=0)
     monkeypatch.setattr(retention, "task_seconds", lambda: 0.0)
 
