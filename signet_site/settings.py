@@ -99,7 +99,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at
         # BEGIN, so two workers never deadlock upgrading a read lock, they queue on timeout.
         # auto_vacuum first: it only takes on a file that has no tables yet (a new one), and
-        # lets the prune hand freed pages back (``services/retention.py``).
+        # lets the prune hand freed pages back (``services/retention/space.py``).
         "init_command": (
             "PRAGMA auto_vacuum=INCREMENTAL;PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;"
             "PRAGMA busy_timeout=20000;"

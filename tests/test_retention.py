@@ -25,7 +25,6 @@ from checkpoints.models import (
     Trigger,
 )
 from checkpoints.selectors import database_size
-from checkpoints.services import retention
 from checkpoints.services.config import config_cache_clear, config_get
 from checkpoints.services.pending import checkpoints_flush_due
 from checkpoints.services.retention import (
@@ -34,6 +33,7 @@ from checkpoints.services.retention import (
     sessions_close_idle,
     sqlite_prepare,
 )
+from checkpoints.services.retention import prune as prune_module
 from checkpoints.services.store import CHECKPOINT_REFERENCES, checkpoints_delete_ids
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
 from tests.hookutil import Clock, payload, send
@@ -474,7 +474,7 @@ def test_the_scheduled_prune_queues_its_own_continuation(owner, clock, monkeypat
         checkpoint_at(session, clock, days_ago=8 + number)
     aged_in_bulk(session, clock, count=120)
     checkpoint_at(session, clock, days_ago=0)
-    monkeypatch.setattr(retention, "task_seconds", lambda: 0.0)
+    monkeypatch.setattr(prune_module, "task_seconds", lambda: 0.0)
 
     tasks.retention_prune_task()  # django-q2 runs queued tasks at once in the tests
 
@@ -490,7 +490,7 @@ def test_only_one_prune_runs_at_a_time(owner, clock):
     session = session_at(owner, clock, days_ago=0)
     for days in (9, 0):
         checkpoint_at(session, clock, days_ago=days)
-    cache.add(retention.PRUNE_LEASE_KEY, "another worker's run", timeout=60)
+    cache.add(prune_module.PRUNE_LEASE_KEY, "another worker's run", timeout=60)
 
     busy = prune_run()
 
@@ -499,9 +499,9 @@ def test_only_one_prune_runs_at_a_time(owner, clock):
     assert Checkpoint.objects.count() == 2
     assert not RetentionRun.objects.exists()
     assert prune_run(dry_run=True).checkpoints == 1  # a preview needs no lease
-    cache.delete(retention.PRUNE_LEASE_KEY)
+    cache.delete(prune_module.PRUNE_LEASE_KEY)
     assert prune_run().checkpoints == 1
-    assert cache.get(retention.PRUNE_LEASE_KEY) is None  # released after the run
+    assert cache.get(prune_module.PRUNE_LEASE_KEY) is None  # released after the run
 
 
 def test_a_session_that_comes_back_during_the_prune_is_kept(owner, clock, monkeypatch):
@@ -510,14 +510,14 @@ def test_a_session_that_comes_back_during_the_prune_is_kept(owner, clock, monkey
     for days in (102, 101, 100):
         checkpoint_at(session, clock, days_ago=days)
     InjectionFactory(session=session)
-    walk = retention._keyset_rows
+    walk = prune_module._keyset_rows
 
     def resumed_meanwhile(rows, deleter):
         # A hook brings the session back between the prune's look-up and its delete.
         Session.objects.filter(pk=session.pk).update(last_activity_at=clock.now)
         yield from walk(rows, deleter)
 
-    monkeypatch.setattr(retention, "_keyset_rows", resumed_meanwhile)
+    monkeypatch.setattr(prune_module, "_keyset_rows", resumed_meanwhile)
 
     report = prune_run()
 

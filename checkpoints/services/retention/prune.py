@@ -1,33 +1,14 @@
-"""Retention: the prune (checkpoint age, session age, per-session cap) and the idle-session close.
-
-The prune applies three rules, with cutoffs fixed when the run begins. Each rule leaves out
-what an earlier one takes, so they never overlap, and a dry run predicts the real run exactly
-(rows written meanwhile aside):
-
-1. ``session_age``: a session whose last activity is older than ``session_retention_days``
-   goes, with all its checkpoints and injections.
-2. ``age``: a checkpoint older than ``retention_days`` goes, unless it is the most recent of
-   its session (that one stays as the session's record).
-3. ``cap``: a session over ``max_checkpoints_per_session`` (a cap lowered after it filled)
-   loses its oldest checkpoints beyond the cap that rule 2 did not already take.
-
-Rows are selected in keyset order, a bounded batch at a time, and each batch is deleted in
-its own short transaction, so memory stays flat and hook writes queue behind one batch at
-most. The dry run walks exactly the same rows and only skips the deletes.
-"""
+"""The prune: three retention rules walked in keyset batches, deleted in short transactions."""
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -48,7 +29,9 @@ from checkpoints.models import (
 )
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
-from checkpoints.services.store import checkpoints_delete_ids, session_close
+from checkpoints.services.retention.report import PruneReport, Row, Rule
+from checkpoints.services.retention.space import LOCK_TARGET_SECONDS, database_space_reclaim
+from checkpoints.services.store import checkpoints_delete_ids
 
 logger = logging.getLogger(__name__)
 
@@ -56,135 +39,8 @@ PRUNE_TASK = "checkpoints.tasks.retention_prune_task"
 PRUNE_LEASE_KEY = "signet:retention:prune-lease"
 BATCH_SIZE = 1000  # rows per delete transaction, at most
 SESSION_BATCH_SIZE = 200  # sessions looked at per step of the session rules
-# SQLite space is handed back a few pages (of 4 KiB) per write transaction, starting here.
-VACUUM_FIRST_STEP_PAGES = 64
 # The pruner's SQLite page cache: the indexes it walks stay in memory between batches.
 CACHE_KIB = 32 * 1024
-
-
-class Rule(enum.StrEnum):
-    SESSION_AGE = "session_age"
-    AGE = "age"
-    CAP = "cap"
-
-
-RULE_TITLES = {
-    Rule.SESSION_AGE: "session age (whole sessions)",
-    Rule.AGE: "checkpoint age",
-    Rule.CAP: "per-session cap",
-}
-
-
-@dataclass(frozen=True)
-class _Row:
-    id: uuid.UUID
-    project: str
-    created_at: datetime
-
-
-@dataclass
-class RuleTally:
-    """What one rule removed (or would remove): counts by project, oldest and newest."""
-
-    checkpoints: int = 0
-    by_project: Counter[str] = field(default_factory=Counter)
-    oldest: datetime | None = None
-    newest: datetime | None = None
-
-    def add(self, rows: list[_Row]) -> None:
-        for row in rows:
-            self.checkpoints += 1
-            self.by_project[row.project or "(no project)"] += 1
-            if self.oldest is None or row.created_at < self.oldest:
-                self.oldest = row.created_at
-            if self.newest is None or row.created_at > self.newest:
-                self.newest = row.created_at
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "checkpoints": self.checkpoints,
-            "by_project": dict(self.by_project.most_common()),
-            "oldest": self.oldest.isoformat() if self.oldest else None,
-            "newest": self.newest.isoformat() if self.newest else None,
-        }
-
-
-@dataclass
-class PruneReport:
-    """A prune run, real or dry: the policy it applied and what it removed, rule by rule."""
-
-    dry_run: bool
-    now: datetime
-    retention_days: int
-    session_retention_days: int
-    max_checkpoints_per_session: int
-    rules: dict[Rule, RuleTally] = field(default_factory=lambda: {r: RuleTally() for r in Rule})
-    sessions: int = 0
-    injections: int = 0
-    hook_deliveries: int = 0
-    duration_seconds: float = 0.0
-    bytes_reclaimed: int | None = None
-    complete: bool = True  # False: stopped at its time budget, the rest left for next time
-    skipped: bool = False  # another prune was running: this one did nothing
-
-    @property
-    def checkpoints(self) -> int:
-        return sum(tally.checkpoints for tally in self.rules.values())
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "policy": {
-                "retention_days": self.retention_days,
-                "session_retention_days": self.session_retention_days,
-                "max_checkpoints_per_session": self.max_checkpoints_per_session,
-            },
-            "rules": {str(rule): tally.as_dict() for rule, tally in self.rules.items()},
-            "sessions": self.sessions,
-            "injections": self.injections,
-            "hook_deliveries": self.hook_deliveries,
-            "complete": self.complete,
-            "skipped": self.skipped,
-        }
-
-    def lines(self, *, projects: int = 10) -> list[str]:
-        """The report as text, for the command and the admin's preview."""
-        if self.skipped:
-            return ["Another prune is running; this one did nothing."]
-        verb = "would delete" if self.dry_run else "deleted"
-        lines = [
-            f"Prune {'(dry run) ' if self.dry_run else ''}at {self.now:%Y-%m-%d %H:%M:%S %Z}: "
-            f"checkpoints older than {self.retention_days} d (each session's latest kept), "
-            f"sessions idle over {self.session_retention_days} d, "
-            f"at most {self.max_checkpoints_per_session} checkpoints a session.",
-        ]
-        for rule, tally in self.rules.items():
-            line = f"  {RULE_TITLES[rule]}: {verb} {tally.checkpoints} checkpoint(s)"
-            if rule is Rule.SESSION_AGE:
-                line += f" of {self.sessions} session(s), with {self.injections} injection(s)"
-            lines.append(line)
-            if tally.checkpoints:
-                span = f"{tally.oldest:%Y-%m-%d %H:%M} to {tally.newest:%Y-%m-%d %H:%M}"
-                lines.append(f"    created {span}")
-                for project, count in tally.by_project.most_common(projects):
-                    lines.append(f"    {count:>8}  {project}")
-                if len(tally.by_project) > projects:
-                    lines.append(f"    … and {len(tally.by_project) - projects} more project(s)")
-        lines.append(
-            f"  total: {verb} {self.checkpoints} checkpoint(s), {self.sessions} session(s), "
-            f"{self.injections} injection(s), {self.hook_deliveries} idempotency key(s)"
-        )
-        if not self.dry_run:
-            reclaimed = (
-                "" if self.bytes_reclaimed is None else f", {self.bytes_reclaimed:,} bytes returned"
-            )
-            lines.append(f"  took {self.duration_seconds:.2f} s{reclaimed}")
-        if not self.complete:
-            lines.append(
-                "  stopped at its time budget: the counts are partial"
-                + ("" if self.dry_run else "; the rest goes in the next run")
-            )
-        return lines
 
 
 def prune_run(
@@ -312,7 +168,7 @@ class _Deleter:
     auto-checkpoint threshold.
     """
 
-    TARGET_SECONDS = 0.005
+    TARGET_SECONDS = LOCK_TARGET_SECONDS
     MIN_BATCH = 50
 
     def __init__(self, *, dry_run: bool, batch_size: int, deadline: float | None) -> None:
@@ -371,8 +227,8 @@ class _Deleter:
         return done
 
     def checkpoints(
-        self, rows: list[_Row], victims: Callable[[], QuerySet[Checkpoint]]
-    ) -> list[_Row]:
+        self, rows: list[Row], victims: Callable[[], QuerySet[Checkpoint]]
+    ) -> list[Row]:
         """Delete ``rows``; ``victims`` gives them again inside the write transaction, with
         their rule checked anew (and rows locked where it needs). Returns the rows deleted."""
         if self.dry_run:
@@ -400,7 +256,7 @@ class _Deleter:
         """Delete ``rows`` of a model that nothing references, a batch at a time; ``within``
         narrows a batch inside its transaction (a re-check)."""
         total = 0
-        for pks in _keyset_pks(rows, self):
+        for pks in keyset_pks(rows, self):
             if self.dry_run:
                 self.batches += 1
                 total += len(pks)
@@ -436,7 +292,7 @@ def _prune_expired_sessions(report: PruneReport, deleter: _Deleter, *, cutoff: d
     queue anyway), so a session is never pruned under a hook that is resuming it.
     """
     expired = Session.objects.filter(last_activity_at__lt=cutoff)
-    for session_ids in _keyset_pks(expired, SESSION_BATCH_SIZE):
+    for session_ids in keyset_pks(expired, SESSION_BATCH_SIZE):
 
         def still_expired(session_ids: list[int] = session_ids) -> list[int]:
             locked = expired.select_for_update().filter(pk__in=session_ids)
@@ -471,7 +327,7 @@ def _newer_in_session() -> Exists:
 
 def _age_batches(
     live: QuerySet[Checkpoint], deleter: _Deleter, *, cutoff: datetime
-) -> Iterator[tuple[list[_Row], Callable[[], QuerySet[Checkpoint]]]]:
+) -> Iterator[tuple[list[Row], Callable[[], QuerySet[Checkpoint]]]]:
     """Rule 2: checkpoints older than ``cutoff`` that have a newer one in their session.
 
     Yields each batch with the queryset that deletes it: the same condition, so a checkpoint
@@ -484,7 +340,7 @@ def _age_batches(
 
 def _cap_batches(
     live: QuerySet[Checkpoint], deleter: _Deleter, *, cap: int, cutoff: datetime
-) -> Iterator[list[_Row]]:
+) -> Iterator[list[Row]]:
     """Rule 3: in each session over ``cap``, the checkpoints older than its ``cap``-th newest
     that rule 2 leaves (not older than ``cutoff``)."""
     over = (
@@ -493,7 +349,7 @@ def _cap_batches(
         .filter(total__gt=cap)
         .order_by("session_id")
     )
-    pending: list[_Row] = []
+    pending: list[Row] = []
     last_session = 0
     while True:
         session_ids = [
@@ -523,7 +379,7 @@ def _cap_batches(
         yield pending
 
 
-def _keyset_rows(rows: QuerySet[Checkpoint], deleter: _Deleter) -> Iterator[list[_Row]]:
+def _keyset_rows(rows: QuerySet[Checkpoint], deleter: _Deleter) -> Iterator[list[Row]]:
     """``rows`` in id order, a batch at a time; each query starts after the last id seen,
     so the walk is the same whether or not the previous batch was deleted."""
     last: uuid.UUID | None = None
@@ -532,7 +388,7 @@ def _keyset_rows(rows: QuerySet[Checkpoint], deleter: _Deleter) -> Iterator[list
         if last is not None:
             page = page.filter(id__gt=last)
         found = [
-            _Row(*values)
+            Row(*values)
             for values in page.values_list("id", "project_normalized", "created_at")[: deleter.size]
         ]
         if not found:
@@ -541,7 +397,7 @@ def _keyset_rows(rows: QuerySet[Checkpoint], deleter: _Deleter) -> Iterator[list
         last = found[-1].id
 
 
-def _keyset_pks(rows: QuerySet[Any], batch: _Deleter | int) -> Iterator[list[Any]]:
+def keyset_pks(rows: QuerySet[Any], batch: _Deleter | int) -> Iterator[list[Any]]:
     last = None
     while isinstance(batch, int) or not batch.out_of_time:
         page = rows.order_by("pk")
@@ -569,129 +425,3 @@ def _record(report: PruneReport) -> RetentionRun:
         bytes_reclaimed=report.bytes_reclaimed,
         report=report.as_dict(),
     )
-
-
-def database_space_reclaim(*, deadline: float | None = None) -> int | None:
-    """After a prune, on SQLite: refresh the planner's statistics and hand the freed pages
-    back to the file system, a few at a time (each step holds the write lock about as long
-    as a delete batch), until none are free or ``deadline`` (``time.monotonic()``) passes;
-    the next run goes on. Returns the bytes returned.
-
-    On PostgreSQL nothing is done: autovacuum makes freed space reusable on its own. Space
-    goes back on SQLite only when the file uses incremental auto-vacuum, which
-    ``sqlite_prepare`` sets up (``manage.py serve`` runs it).
-    """
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
-        return None
-    with connection.cursor() as cursor:
-        with write_serialized():
-            # Statistics from a bounded sample: a full ANALYZE of a large table would hold
-            # the write lock for seconds.
-            cursor.execute("PRAGMA analysis_limit = 1000")
-            cursor.execute("PRAGMA optimize")
-            cursor.execute("PRAGMA analysis_limit = 0")
-        cursor.execute("PRAGMA auto_vacuum")
-        if cursor.fetchone()[0] != SQLITE_AUTO_VACUUM_INCREMENTAL:
-            return None
-        cursor.execute("PRAGMA page_size")
-        page_size = cursor.fetchone()[0]
-        cursor.execute("PRAGMA page_count")
-        pages_before = cursor.fetchone()[0]
-        step = VACUUM_FIRST_STEP_PAGES
-        while deadline is None or time.monotonic() < deadline:
-            cursor.execute("PRAGMA freelist_count")
-            free = cursor.fetchone()[0]
-            if not free:
-                break
-            began = time.monotonic()
-            with write_serialized():
-                # One statement frees one page per step: executescript steps it to the end
-                # (a cursor's execute would stop after the first page).
-                cursor.connection.executescript(f"PRAGMA incremental_vacuum({min(free, step)})")
-            took = time.monotonic() - began
-            # Moving a page costs more the larger the file: size the next step to hold the
-            # write lock about as long as a delete batch.
-            step = max(16, min(4096, int(step * _Deleter.TARGET_SECONDS / max(took, 1e-4))))
-            time.sleep(took * settings.SIGNET_PRUNE_PAUSE_RATIO)
-            cursor.execute("PRAGMA freelist_count")
-            if cursor.fetchone()[0] >= free:  # nothing more to hand back
-                break
-        cursor.execute("PRAGMA page_count")
-        pages_after = cursor.fetchone()[0]
-        # Copy the shrunk file from the write-ahead log into place, if no reader holds it.
-        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    return int((pages_before - pages_after) * page_size)
-
-
-SQLITE_AUTO_VACUUM_INCREMENTAL = 2
-
-
-def sqlite_prepare() -> str:
-    """Make the SQLite file return freed space on request (incremental auto-vacuum).
-
-    A new file gets it from its first connection (settings); a file made before that needs
-    one full ``VACUUM`` to switch, done here once. Returns what was done, for the log.
-    """
-    if connection.vendor != "sqlite":
-        return ""
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA auto_vacuum")
-        if cursor.fetchone()[0] == SQLITE_AUTO_VACUUM_INCREMENTAL:
-            return ""
-        cursor.execute(f"PRAGMA auto_vacuum = {SQLITE_AUTO_VACUUM_INCREMENTAL}")
-        with write_serialized():
-            cursor.execute("VACUUM")
-    return "switched the SQLite file to incremental auto-vacuum (one VACUUM)"
-
-
-@dataclass
-class IdleReport:
-    closed: int = 0
-    checkpoints: int = 0
-    duration_seconds: float = 0.0
-
-
-def sessions_close_idle(
-    *, now: datetime | None = None, max_seconds: float | None = None
-) -> IdleReport:
-    """End every live session with no event for ``idle_session_minutes``.
-
-    Each is ended in its own transaction holding its row, as a SessionEnd would: its pending
-    checkpoint is written first, and a final one if anything changed. The run is recorded.
-    With ``max_seconds`` it stops once that time is spent; the next run goes on.
-    """
-    config = config_get()
-    now = now or timezone.now()
-    began = time.monotonic()
-    cutoff = now - config.idle_session
-    idle = Session.objects.filter(ended_at__isnull=True, last_activity_at__lt=cutoff)
-    report = IdleReport()
-    for session_ids in _keyset_pks(idle, SESSION_BATCH_SIZE):
-        if max_seconds is not None and time.monotonic() - began >= max_seconds:
-            break
-        for session_id in session_ids:
-            with write_serialized(), transaction.atomic():
-                # Re-checked under the lock: an event may have arrived since the look-up.
-                session = idle.select_for_update().filter(pk=session_id).first()
-                if session is None:
-                    continue
-                written = session_close(
-                    session=session,
-                    config=config,
-                    now=now,
-                    reason=Session.END_REASON_IDLE,
-                    final=True,
-                )
-                session.save()
-            report.closed += 1
-            report.checkpoints += written is not None
-    report.duration_seconds = time.monotonic() - began
-    if report.closed:
-        RetentionRun.objects.create(
-            kind=RetentionRun.Kind.IDLE_CLOSE,
-            started_at=now,
-            duration_seconds=report.duration_seconds,
-            sessions_closed=report.closed,
-            report={"closed": report.closed, "checkpoints_written": report.checkpoints},
-        )
-    return report
