@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from checkpoints.markdown import render_markdown
 from checkpoints.models import (
     ApiToken,
     Checkpoint,
@@ -30,6 +32,60 @@ from checkpoints.services.tokens import token_assign_secret, token_revoke
 
 # The retention preview runs in a web request: it stops before gunicorn's 30 s timeout.
 PREVIEW_SECONDS = 15.0
+
+_ModelT = TypeVar("_ModelT", bound=Model)
+
+
+def _shortened(value: str, *, limit: int, keep_end: bool = False) -> str:
+    """``value`` cut to ``limit`` characters for a list column, whole in its title attribute.
+
+    ``keep_end`` keeps the end of the value (a path's last segments) instead of its start.
+    """
+    if len(value) <= limit:
+        return value
+    if keep_end:
+        tail = value[-(limit - 1) :]
+        # A path keeps its last whole segments: "…/services/checkout-api".
+        short = "…" + tail[max(tail.find("/"), 0) :]
+    else:
+        short = value[: limit - 1] + "…"
+    return format_html('<span title="{}">{}</span>', value, short)
+
+
+def _html_list(items: Any) -> str:
+    """A JSON list as an HTML list, each item escaped; an empty or absent list as a dash."""
+    if not items:
+        return "-"
+    if not isinstance(items, list):
+        items = [items]
+    return format_html(
+        '<ul class="signet-list">{}</ul>',
+        format_html_join(
+            "",
+            "<li>{}</li>",
+            ((item if isinstance(item, str) else json.dumps(item),) for item in items),
+        ),
+    )
+
+
+def _changelist_link(*, model: str, session: Session, count: int, noun: str) -> str:
+    url = reverse(f"admin:checkpoints_{model}_changelist") + f"?session__id__exact={session.pk}"
+    return format_html('<a href="{}">{} {}</a>', url, count, noun)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin[_ModelT]):
+    """Rows the engine owns: viewed, and deleted where permitted, but never added or saved.
+
+    Without the change permission Django shows a view page with no Save buttons, and refuses
+    a POST to it: a form saving what it read at page load would overwrite counts the engine
+    updated meanwhile.
+    """
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 class LiveFilter(admin.SimpleListFilter):
@@ -48,14 +104,14 @@ class LiveFilter(admin.SimpleListFilter):
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin[Session]):
+class SessionAdmin(ReadOnlyAdmin[Session]):
     list_display = [
-        "session_key",
+        "short_key",
         "owner",
         "harness",
-        "project_normalized",
-        "prompt_count",
-        "compaction_count",
+        "short_project",
+        "prompts",
+        "compactions",
         "last_activity_at",
         "live",
     ]
@@ -63,15 +119,86 @@ class SessionAdmin(admin.ModelAdmin[Session]):
     search_fields = ["session_key", "project", "project_normalized", "git_branch"]
     date_hierarchy = "last_activity_at"
     list_select_related = ["owner"]
-    raw_id_fields = ["previous_session"]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "owner",
+                    "session_key",
+                    "harness",
+                    "model",
+                    "project",
+                    "project_normalized",
+                    "git_root",
+                    "git_branch",
+                    "git_head",
+                    "transcript_path",
+                    "previous_session",
+                ]
+            },
+        ),
+        (
+            "Activity",
+            {
+                "fields": [
+                    "started_at",
+                    "last_activity_at",
+                    "ended_at",
+                    "end_reason",
+                    "prompt_count",
+                    "compaction_count",
+                    "context_tokens",
+                    "context_percent",
+                    "last_checkpoint_at",
+                    "checkpoints_link",
+                    "injections_link",
+                ]
+            },
+        ),
+        (
+            "Recent work",
+            {
+                "fields": [
+                    "recent_prompts_list",
+                    "recent_queries_list",
+                    "recent_remembers_list",
+                    "modified_files_list",
+                    "compact_summary",
+                    "last_assistant_message",
+                ]
+            },
+        ),
+        (
+            "Engine state",
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    "recovery_due",
+                    "changed_since_checkpoint",
+                    "checkpoint_pending_since",
+                    "last_checkpoint_prompt",
+                    "ignored_event_count",
+                ],
+            },
+        ),
+    ]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None) -> list[str]:
-        # The engine owns every field: an admin form saving what it read at page load
-        # would overwrite counts the engine updated meanwhile. Sessions are read or deleted.
-        return [field.name for field in Session._meta.fields] + ["checkpoints_link"]
+    @admin.display(description="session key", ordering="session_key")
+    def short_key(self, obj: Session) -> str:
+        return _shortened(obj.session_key, limit=14)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    @admin.display(description="project", ordering="project_normalized")
+    def short_project(self, obj: Session) -> str:
+        return _shortened(obj.project_normalized, limit=28, keep_end=True)
+
+    @admin.display(description="prompts", ordering="prompt_count")
+    def prompts(self, obj: Session) -> int:
+        return obj.prompt_count
+
+    @admin.display(description="compactions", ordering="compaction_count")
+    def compactions(self, obj: Session) -> int:
+        return obj.compaction_count
 
     @admin.display(boolean=True)
     def live(self, obj: Session) -> bool:
@@ -79,44 +206,170 @@ class SessionAdmin(admin.ModelAdmin[Session]):
 
     @admin.display(description="checkpoints")
     def checkpoints_link(self, obj: Session) -> str:
-        url = reverse("admin:checkpoints_checkpoint_changelist") + f"?session__id__exact={obj.pk}"
-        return format_html('<a href="{}">{} checkpoints</a>', url, obj.checkpoints.count())
+        return _changelist_link(
+            model="checkpoint", session=obj, count=obj.checkpoints.count(), noun="checkpoints"
+        )
+
+    @admin.display(description="injections")
+    def injections_link(self, obj: Session) -> str:
+        return _changelist_link(
+            model="injection", session=obj, count=obj.injections.count(), noun="injections"
+        )
+
+    @admin.display(description="recent prompts")
+    def recent_prompts_list(self, obj: Session) -> str:
+        return _html_list(obj.recent_prompts)
+
+    @admin.display(description="recent memory queries")
+    def recent_queries_list(self, obj: Session) -> str:
+        return _html_list(obj.recent_queries)
+
+    @admin.display(description="recent remembers")
+    def recent_remembers_list(self, obj: Session) -> str:
+        return _html_list(obj.recent_remembers)
+
+    @admin.display(description="modified files")
+    def modified_files_list(self, obj: Session) -> str:
+        return _html_list(obj.modified_files)
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin[Checkpoint]):
+class CheckpointAdmin(ReadOnlyAdmin[Checkpoint]):
     """Checkpoints are evidence: they can be read and deleted, never edited."""
 
-    list_display = ["short_id", "session_key", "trigger", "harness", "prompt_count", "created_at"]
+    list_display = ["short_id", "short_key", "trigger", "harness", "prompt_count", "created_at"]
     list_filter = ["trigger", "harness", "owner"]
     search_fields = ["session_key", "project_normalized", "digest", "current_task"]
     date_hierarchy = "created_at"
     list_select_related = ["owner"]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Checkpoint | None = None) -> list[str]:
-        return [field.name for field in Checkpoint._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "created_at",
+                    "trigger",
+                    "owner",
+                    "session",
+                    "session_key",
+                    "harness",
+                    "project_normalized",
+                    "parent",
+                    "agent_id",
+                    "prompt_count",
+                    "context_tokens",
+                    "git_branch",
+                    "git_head",
+                ]
+            },
+        ),
+        ("Digest", {"fields": ["digest_html"]}),
+        (
+            "Structured fields",
+            {
+                "fields": [
+                    "current_task",
+                    "decisions_list",
+                    "open_questions_list",
+                    "blockers_list",
+                    "next_steps_list",
+                    "modified_files_list",
+                    "recent_prompts_list",
+                    "memory_queries_list",
+                    "recent_remembers_list",
+                    "tags_list",
+                    "last_assistant_message",
+                ]
+            },
+        ),
+        ("Runtime state", {"classes": ["collapse"], "fields": ["state"]}),
+    ]
 
     @admin.display(description="id", ordering="id")
     def short_id(self, obj: Checkpoint) -> str:
         return str(obj.id)[:13]
 
+    @admin.display(description="session key", ordering="session_key")
+    def short_key(self, obj: Checkpoint) -> str:
+        return _shortened(obj.session_key, limit=14)
+
+    @admin.display(description="digest")
+    def digest_html(self, obj: Checkpoint) -> str:
+        if not obj.digest:
+            return "-"
+        return format_html('<div class="signet-markdown">{}</div>', render_markdown(obj.digest))
+
+    @admin.display(description="decisions")
+    def decisions_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.decisions)
+
+    @admin.display(description="open questions")
+    def open_questions_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.open_questions)
+
+    @admin.display(description="blockers")
+    def blockers_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.blockers)
+
+    @admin.display(description="next steps")
+    def next_steps_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.next_steps)
+
+    @admin.display(description="modified files")
+    def modified_files_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.modified_files)
+
+    @admin.display(description="recent prompts")
+    def recent_prompts_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.recent_prompts)
+
+    @admin.display(description="memory queries")
+    def memory_queries_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.memory_queries)
+
+    @admin.display(description="recent remembers")
+    def recent_remembers_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.recent_remembers)
+
+    @admin.display(description="tags")
+    def tags_list(self, obj: Checkpoint) -> str:
+        return _html_list(obj.tags)
+
 
 @admin.register(Injection)
-class InjectionAdmin(admin.ModelAdmin[Injection]):
-    list_display = ["session", "source", "match", "size_chars", "checkpoint", "created_at"]
+class InjectionAdmin(ReadOnlyAdmin[Injection]):
+    list_display = ["created_at", "short_key", "source", "match", "size_chars", "checkpoint_short"]
     list_filter = ["source", "match"]
     search_fields = ["session__session_key", "content"]
     date_hierarchy = "created_at"
     list_select_related = ["session"]
+    fields = [
+        "created_at",
+        "session",
+        "source",
+        "match",
+        "checkpoint",
+        "size_chars",
+        "omitted_list",
+        "content_text",
+    ]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Injection | None = None) -> list[str]:
-        return [field.name for field in Injection._meta.fields]
+    @admin.display(description="session key", ordering="session__session_key")
+    def short_key(self, obj: Injection) -> str:
+        return _shortened(obj.session.session_key, limit=14)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    @admin.display(description="checkpoint", ordering="checkpoint")
+    def checkpoint_short(self, obj: Injection) -> str:
+        return str(obj.checkpoint_id)[:13] if obj.checkpoint_id else "-"
+
+    @admin.display(description="omitted for space")
+    def omitted_list(self, obj: Injection) -> str:
+        return _html_list(obj.omitted)
+
+    @admin.display(description="content, as injected")
+    def content_text(self, obj: Injection) -> str:
+        return format_html('<pre class="signet-injected">{}</pre>', obj.content)
 
 
 def _when(moment: Any) -> str:
@@ -249,7 +502,7 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
 
 
 @admin.register(RetentionRun)
-class RetentionRunAdmin(admin.ModelAdmin[RetentionRun]):
+class RetentionRunAdmin(ReadOnlyAdmin[RetentionRun]):
     """The history of prune and idle-close runs: read only."""
 
     list_display = [
@@ -265,12 +518,6 @@ class RetentionRunAdmin(admin.ModelAdmin[RetentionRun]):
     ]
     list_filter = ["kind"]
     date_hierarchy = "started_at"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="duration", ordering="duration_seconds")
     def duration(self, obj: RetentionRun) -> str:
@@ -290,7 +537,15 @@ class ApiTokenForm(forms.ModelForm[ApiToken]):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     form = ApiTokenForm
-    list_display = ["name", "prefix", "owner", "scopes", "created_at", "last_used_at", "active"]
+    list_display = [
+        "name",
+        "prefix",
+        "owner",
+        "scope_names",
+        "created_at",
+        "last_used_at",
+        "active",
+    ]
     list_filter = ["owner"]
     search_fields = ["name", "prefix", "owner__username"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
@@ -300,6 +555,12 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     @admin.display(boolean=True)
     def active(self, obj: ApiToken) -> bool:
         return obj.is_active
+
+    @admin.display(description="scopes")
+    def scope_names(self, obj: ApiToken) -> str:
+        known = [label for value, label in Scope.choices if value in obj.scopes]
+        unknown = [str(value) for value in obj.scopes if value not in Scope.values]
+        return ", ".join(known + unknown) or "-"
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if change:

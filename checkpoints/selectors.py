@@ -16,15 +16,6 @@ from checkpoints.models import Checkpoint, RetentionRun, Session
 from checkpoints.services.schedules import IDLE_CLOSE, PRUNE
 
 
-def session_list(*, owner: User, limit: int = 50) -> QuerySet[Session]:
-    """The owner's sessions, most recently active first, with their checkpoint counts."""
-    return (
-        Session.objects.filter(owner=owner)
-        .annotate(checkpoint_total=Count("checkpoints"))
-        .order_by("-last_activity_at")[:limit]
-    )
-
-
 def session_queryset(*, owner: User) -> QuerySet[Session]:
     """The owner's sessions with checkpoint and injection counts and the predecessor's key."""
     return (

@@ -1,19 +1,17 @@
-"""Server-rendered pages: the dashboard, and the health probe."""
+"""The health probe and the favicon (the dashboard's pages are ``checkpoints.dashboard``)."""
 
 from __future__ import annotations
 
 import logging
 
-from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import HttpRequest, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from checkpoints.selectors import database_size, session_list
+from checkpoints.selectors import database_size
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +68,7 @@ def _scheduler_state() -> str:
         return "unknown"
 
 
-@login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    """The owner's sessions, most recent first."""
-    assert isinstance(request.user, User)  # login_required
-    return render(
-        request, "checkpoints/dashboard.html", {"sessions": session_list(owner=request.user)}
-    )
+@require_safe
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for /favicon.ico whatever the page says: send them to the SVG."""
+    return HttpResponseRedirect(static("signet/favicon.svg"))

@@ -8,7 +8,8 @@ admin.site.site_title = "Signet Continuity admin"
 admin.site.index_title = "Administration"
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("", include("checkpoints.dashboard.urls")),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("healthz", views.healthz, name="healthz"),
     path("api/", include("checkpoints.api.urls")),
     path("admin/", admin.site.urls),

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.urls import reverse
 
-from checkpoints.models import ApiToken, ContinuityConfig
+from checkpoints.models import (
+    ApiToken,
+    Checkpoint,
+    ContinuityConfig,
+    Injection,
+    RetentionRun,
+    Session,
+)
 from checkpoints.services.config import config_get
 from signet_site import settings as production_settings
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
@@ -175,3 +186,169 @@ def test_workers_racing_to_create_the_settings_row_all_get_it(monkeypatch):
     config = config_module._config_load_or_create()
     assert config.pk == 1
     assert ContinuityConfig.objects.count() == 1
+
+
+SAVE_BUTTONS = (b'name="_save"', b'name="_continue"', b'name="_addanother"')
+
+
+def evidence(owner):
+    """A session with a checkpoint, an injection from it, and a retention run."""
+    session = SessionFactory(owner=owner)
+    checkpoint = CheckpointFactory(session=session)
+    injection = InjectionFactory(session=session, checkpoint=checkpoint)
+    run = RetentionRun.objects.create(kind=RetentionRun.Kind.PRUNE)
+    return {"session": session, "checkpoint": checkpoint, "injection": injection, "retentionrun": run}
+
+
+@pytest.mark.parametrize("name", ["session", "checkpoint", "injection", "retentionrun"])
+def test_read_only_pages_show_no_save_buttons_but_keep_delete(client, superuser, owner, name):
+    row = evidence(owner)[name]
+    client.force_login(superuser)
+    page = client.get(reverse(f"admin:checkpoints_{name}_change", args=[row.pk]))
+    assert page.status_code == 200
+    for button in SAVE_BUTTONS:
+        assert button not in page.content, button
+    assert reverse(f"admin:checkpoints_{name}_delete", args=[row.pk]).encode() in page.content
+
+
+def test_the_settings_page_still_saves(client, superuser):
+    config_get()
+    client.force_login(superuser)
+    page = client.get(CONFIG_CHANGE)
+    assert b'name="_save"' in page.content
+
+
+def test_a_post_to_a_read_only_page_is_refused_and_changes_nothing(client, superuser, owner):
+    session = SessionFactory(owner=owner, prompt_count=3)
+    client.force_login(superuser)
+    response = client.post(
+        reverse("admin:checkpoints_session_change", args=[session.pk]),
+        {"prompt_count": 99, "_save": "Save"},
+    )
+    assert response.status_code == 403
+    session.refresh_from_db()
+    assert session.prompt_count == 3
+
+
+@pytest.mark.parametrize("model", [Session, Checkpoint, Injection])
+def test_every_field_of_the_evidence_is_shown_on_its_page(rf, superuser, model):
+    # A field left out of the fieldsets would silently vanish from the page.
+    request = rf.get("/")
+    request.user = superuser
+    shown = set(flatten_fieldsets(admin.site._registry[model].get_fieldsets(request)))
+    stems = {re.sub(r"_(list|html|text)$", "", name) for name in shown}
+    fields = {field.name for field in model._meta.fields if not field.auto_created}
+    missing = fields - shown - stems
+    assert not missing
+
+
+def test_the_digest_renders_as_markdown_with_raw_html_escaped(client, superuser, owner):
+    checkpoint = CheckpointFactory(
+        session=SessionFactory(owner=owner),
+        digest="# Title\n\n<script>alert(1)</script>\n\n- one\n\n[x](javascript:alert(2))",
+    )
+    client.force_login(superuser)
+    page = client.get(reverse("admin:checkpoints_checkpoint_change", args=[checkpoint.pk]))
+    html = page.content.decode()
+    assert "<h1>Title</h1>" in html
+    assert "<li>one</li>" in html
+    assert "<script>alert(1)" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "javascript:alert(2)" not in html.replace("[x](javascript:alert(2))", "")
+
+
+def test_list_fields_show_as_escaped_html_lists(client, superuser, owner):
+    session = SessionFactory(owner=owner, recent_prompts=["fix <b>checkout</b>"])
+    checkpoint = CheckpointFactory(
+        session=session,
+        decisions=["Use PostgreSQL", "Keep <i>SQLite</i> for tests"],
+        next_steps=["ship it"],
+        tags=[],
+    )
+    injection = InjectionFactory(session=session, checkpoint=checkpoint, omitted=["decisions"])
+    client.force_login(superuser)
+
+    page = client.get(reverse("admin:checkpoints_checkpoint_change", args=[checkpoint.pk]))
+    html = page.content.decode()
+    assert "<li>Use PostgreSQL</li><li>Keep &lt;i&gt;SQLite&lt;/i&gt; for tests</li>" in html
+    assert "<li>ship it</li>" in html
+    assert "[&quot;" not in html and "[&#x27;" not in html  # no JSON or repr text
+    assert "<i>SQLite" not in html
+
+    page = client.get(reverse("admin:checkpoints_session_change", args=[session.pk]))
+    assert "<li>fix &lt;b&gt;checkout&lt;/b&gt;</li>" in page.content.decode()
+
+    page = client.get(reverse("admin:checkpoints_injection_change", args=[injection.pk]))
+    assert "<li>decisions</li>" in page.content.decode()
+
+
+def test_token_scopes_show_as_words(client, superuser, owner, make_token):
+    make_token(owner, "read", "ingest")
+    client.force_login(superuser)
+    listing = client.get(reverse("admin:checkpoints_apitoken_changelist")).content.decode()
+    assert "Ingest (hooks), Read" in listing
+    assert "&#x27;read&#x27;" not in listing and "&quot;read&quot;" not in listing
+
+
+def test_a_session_page_links_to_its_checkpoints_and_injections(client, superuser, owner):
+    session = SessionFactory(owner=owner, session_key="mine")
+    other = SessionFactory(owner=owner, session_key="other")
+    InjectionFactory(session=session, source="compact")
+    InjectionFactory(session=session, source="resume")
+    InjectionFactory(session=other, source="startup")
+    CheckpointFactory(session=session)
+    CheckpointFactory(session=other)
+    client.force_login(superuser)
+    html = client.get(reverse("admin:checkpoints_session_change", args=[session.pk])).content
+    links = dict(
+        (noun, href)
+        for href, noun in re.findall(rb'<a href="([^"]+)">\d+ (checkpoints|injections)</a>', html)
+    )
+    assert b">2 injections</a>" in html
+    assert b">1 checkpoints</a>" in html
+
+    injections = client.get(links[b"injections"].decode().replace("&amp;", "&"))
+    assert injections.context["cl"].result_count == 2
+    assert {i.session_id for i in injections.context["cl"].result_list} == {session.pk}
+    checkpoints = client.get(links[b"checkpoints"].decode().replace("&amp;", "&"))
+    assert checkpoints.context["cl"].result_count == 1
+    assert checkpoints.context["cl"].result_list[0].session_id == session.pk
+
+
+def test_engine_flags_sit_in_a_collapsed_engine_state_section(client, superuser, owner):
+    session = SessionFactory(owner=owner)
+    client.force_login(superuser)
+    html = client.get(reverse("admin:checkpoints_session_change", args=[session.pk])).content
+    fieldsets = re.findall(rb"<fieldset.*?</fieldset>", html, re.DOTALL)
+    engine = [f for f in fieldsets if b"Engine state" in f]
+    assert len(engine) == 1
+    assert b"collapse" in engine[0].split(b">", 1)[0]
+    assert b"<details><summary>" in engine[0]
+    for flag in (
+        "recovery_due",
+        "checkpoint_pending_since",
+        "changed_since_checkpoint",
+        "last_checkpoint_prompt",
+        "ignored_event_count",
+    ):
+        assert f"field-{flag}".encode() in engine[0], flag
+        assert html.count(f"field-{flag}".encode()) == 1, flag  # and nowhere else
+
+
+def test_long_keys_and_projects_are_shortened_in_lists_with_the_full_value_in_a_title(
+    client, superuser, owner
+):
+    key = "0199a4c2-7d1e-7b3a-9f00-5c3e2d1a0b9f"
+    project = "/home/alice/src/clients/acme/platform/services/checkout-api"
+    session = SessionFactory(owner=owner, session_key=key, project_normalized=project)
+    SessionFactory(owner=owner, session_key="short", project_normalized="/srv/app")
+    CheckpointFactory(session=session)
+    InjectionFactory(session=session)
+    client.force_login(superuser)
+    for name in ("session", "checkpoint", "injection"):
+        html = client.get(reverse(f"admin:checkpoints_{name}_changelist")).content.decode()
+        assert f'<span title="{key}">0199a4c2-7d1e…</span>' in html, name
+        assert f">{key}<" not in html, name
+    html = client.get(reverse("admin:checkpoints_session_changelist")).content.decode()
+    assert f'<span title="{project}">…/services/checkout-api</span>' in html
+    assert ">short<" in html and ">/srv/app<" in html

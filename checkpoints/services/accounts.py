@@ -1,4 +1,4 @@
-"""Users the service needs to exist: the admin account."""
+"""Accounts: the admin the service ensures, and the dashboard users people create."""
 
 from __future__ import annotations
 
@@ -41,3 +41,37 @@ def admin_ensure(*, username: str, password: str | None) -> AdminLogin:
     if changed:
         user.save()
     return AdminLogin(username=username, password=None, created=False)
+
+
+@dataclass(frozen=True)
+class AccountLogin:
+    username: str
+    password: str | None  # set only when generated now: it is shown this once
+    created: bool
+
+
+def account_ensure(*, username: str, password: str | None = None) -> AccountLogin:
+    """Make sure ``username`` exists, is active and can log in to the dashboard.
+
+    With ``password`` given, the account's password becomes it. Without it, an account that
+    has no usable password (new, or made by an older ``create_token``) gets a generated one,
+    returned once; an account with a password keeps it. Staff rights are left as they are:
+    the dashboard needs none.
+    """
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(username=username)
+    shown: str | None = None
+    fields: list[str] = []
+    if password:
+        user.set_password(password)
+        fields.append("password")
+    elif not user.has_usable_password():
+        shown = secrets.token_urlsafe(12)
+        user.set_password(shown)
+        fields.append("password")
+    if not user.is_active:
+        user.is_active = True
+        fields.append("is_active")
+    if fields:
+        user.save(update_fields=fields)
+    return AccountLogin(username=username, password=shown, created=created)

@@ -8,13 +8,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints.models import Scope
+from checkpoints.services.accounts import account_ensure
 from checkpoints.services.tokens import token_create
 
 
 class Command(BaseCommand):
     help = (
-        "Create an API token (creating the user if needed). The raw token is the last line "
-        "of the output and is never shown again."
+        "Create an API token (creating the user, with a dashboard password, if needed). "
+        "The raw token is the last line of the output and is never shown again."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -33,12 +34,13 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--scopes takes one or more of {','.join(Scope.values)}; unknown: {unknown}"
             )
-        user_model = get_user_model()
-        user, created = user_model.objects.get_or_create(username=options["user"])
-        if created:
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
-            self.stdout.write(f"Created user {user.get_username()!r} (no password).")
+        login = account_ensure(username=options["user"])
+        if login.password is not None:
+            self.stdout.write(
+                f"{'Created' if login.created else 'Updated'} user {login.username!r}; "
+                f"dashboard password (shown once): {login.password}"
+            )
+        user = get_user_model().objects.get(username=login.username)
         name = options["name"] or f"{user.get_username()}-{'-'.join(sorted(scopes))}"
         token, raw = token_create(owner=user, name=name, scopes=scopes)
         self.stdout.write(

@@ -1,0 +1,255 @@
+"""The dashboard's reads. Each takes an ``owner``: a user, or None for every user's data
+(offered to superusers only, by ``views.viewer_for``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, tzinfo
+from typing import TypeVar
+
+from django.contrib.auth.models import User
+from django.db.models import (
+    Count,
+    F,
+    IntegerField,
+    Max,
+    Model,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, TruncDate
+
+from checkpoints.models import Checkpoint, Injection, Session, Trigger
+
+M = TypeVar("M", bound=Model)
+
+
+def _owned(queryset: QuerySet[M], owner: User | None, field: str = "owner") -> QuerySet[M]:
+    return queryset if owner is None else queryset.filter(**{field: owner})
+
+
+@dataclass(frozen=True)
+class SessionFilters:
+    project: str = ""
+    harness: str = ""
+    state: str = ""  # "live", "ended" or "" for both
+    since: date | None = None  # last activity on or after this day (the viewer's time zone)
+    until: date | None = None  # last activity on or before this day
+
+
+def _count_of(model: type[Checkpoint] | type[Injection]) -> Subquery:
+    """A correlated count per session: evaluated only for the rows a page shows."""
+    return Subquery(
+        model.objects.filter(session=OuterRef("pk"))
+        .order_by()
+        .values("session")
+        .annotate(total=Count("*"))
+        .values("total"),
+        output_field=IntegerField(),
+    )
+
+
+def sessions_page_queryset(
+    *, owner: User | None, filters: SessionFilters, zone: tzinfo
+) -> QuerySet[Session]:
+    """Sessions matching ``filters``, most recently active first, with checkpoint counts.
+
+    Counts are correlated subqueries rather than a join and GROUP BY, so a page of 50 costs
+    50 index look-ups however many checkpoints the owner has.
+    """
+    sessions = _owned(Session.objects.all(), owner).select_related("owner")
+    if filters.project:
+        sessions = sessions.filter(project_normalized=filters.project)
+    if filters.harness:
+        sessions = sessions.filter(harness=filters.harness)
+    if filters.state == "live":
+        sessions = sessions.filter(ended_at__isnull=True)
+    elif filters.state == "ended":
+        sessions = sessions.filter(ended_at__isnull=False)
+    if filters.since:
+        start = datetime.combine(filters.since, datetime.min.time(), tzinfo=zone)
+        sessions = sessions.filter(last_activity_at__gte=start)
+    if filters.until:
+        end = datetime.combine(filters.until + timedelta(days=1), datetime.min.time(), tzinfo=zone)
+        sessions = sessions.filter(last_activity_at__lt=end)
+    return sessions.annotate(checkpoint_total=Coalesce(_count_of(Checkpoint), Value(0))).order_by(
+        "-last_activity_at", "-id"
+    )
+
+
+def project_choices(*, owner: User | None, limit: int = 200) -> list[str]:
+    """The owner's projects, most recently active first, for the filter's menu."""
+    rows = (
+        _owned(Session.objects.all(), owner)
+        .exclude(project_normalized="")
+        .values("project_normalized")
+        .annotate(last=Max("last_activity_at"))
+        .order_by("-last")[:limit]
+    )
+    return [row["project_normalized"] for row in rows]
+
+
+def session_for_page(*, owner: User | None, pk: int) -> Session | None:
+    """One session with its owner and predecessor, or None when it is not the owner's."""
+    return (
+        _owned(Session.objects.all(), owner)
+        .select_related("owner", "previous_session")
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def session_continuations(*, session: Session) -> list[Session]:
+    """The sessions that continue ``session`` (the next ones in its lineage)."""
+    return list(
+        Session.objects.filter(previous_session=session, owner_id=session.owner_id)
+        .only("id", "session_key", "started_at", "harness")
+        .order_by("started_at")
+    )
+
+
+def session_timeline(*, session: Session, limit: int) -> tuple[list[Checkpoint], int]:
+    """The session's newest ``limit`` checkpoints, oldest first, and how many it has."""
+    newest = list(
+        Checkpoint.objects.filter(session=session).order_by("-created_at", "-id")[: limit + 1]
+    )
+    total = len(newest)
+    if total > limit:
+        total = Checkpoint.objects.filter(session=session).count()
+        newest = newest[:limit]
+    return newest[::-1], total
+
+
+def session_injections(*, session: Session, limit: int = 50) -> list[Injection]:
+    """The injections made into ``session``, newest first."""
+    return list(
+        Injection.objects.filter(session=session)
+        .select_related("checkpoint")
+        .only(
+            "id",
+            "source",
+            "match",
+            "content",
+            "size_chars",
+            "omitted",
+            "created_at",
+            "checkpoint__id",
+            "checkpoint__trigger",
+            "checkpoint__created_at",
+            "checkpoint__session_id",
+        )
+        .order_by("-created_at")[:limit]
+    )
+
+
+def checkpoint_for_page(*, owner: User | None, pk: str) -> Checkpoint | None:
+    return _owned(Checkpoint.objects.all(), owner).select_related("session").filter(pk=pk).first()
+
+
+@dataclass(frozen=True)
+class ProjectRow:
+    project: str
+    sessions: int
+    live: int
+    last_activity: datetime
+    latest: Checkpoint | None
+
+
+def projects_page(*, owner: User | None, offset: int, limit: int) -> tuple[list[ProjectRow], bool]:
+    """One row per normalised project, most recently active first, with its latest
+    checkpoint; and whether more rows follow. Two queries whatever the number of rows."""
+    latest_id = Subquery(
+        _owned(Checkpoint.objects.all(), owner)
+        .filter(project_normalized=OuterRef("project_normalized"))
+        .order_by("-created_at", "-id")
+        .values("id")[:1]
+    )
+    rows = list(
+        _owned(Session.objects.all(), owner)
+        .exclude(project_normalized="")
+        .values("project_normalized")
+        .annotate(
+            sessions=Count("id"),
+            live=Count("id", filter=Q(ended_at__isnull=True)),
+            last_activity=Max("last_activity_at"),
+            latest_id=latest_id,
+        )
+        .order_by("-last_activity", "project_normalized")[offset : offset + limit + 1]
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    checkpoints = Checkpoint.objects.in_bulk([row["latest_id"] for row in rows if row["latest_id"]])
+    return [
+        ProjectRow(
+            project=row["project_normalized"],
+            sessions=row["sessions"],
+            live=row["live"],
+            last_activity=row["last_activity"],
+            latest=checkpoints.get(row["latest_id"]),
+        )
+        for row in rows
+    ], more
+
+
+@dataclass(frozen=True)
+class DailyActivity:
+    days: list[date]
+    prompts: list[int]
+    checkpoints: dict[str, list[int]]  # by trigger value
+    compactions: list[int]
+    injections: list[int]
+
+
+def activity_by_day(*, owner: User | None, days: int, today: date, zone: tzinfo) -> DailyActivity:
+    """Per day of the last ``days`` (in ``zone``): prompts, checkpoints by trigger,
+    compactions and injections.
+
+    Prompts are counted when a checkpoint records them (its prompt count minus its
+    predecessor's); compactions are the pre-compaction checkpoints.
+    """
+    first = today - timedelta(days=days - 1)
+    start = datetime.combine(first, datetime.min.time(), tzinfo=zone)
+    index = {first + timedelta(days=i): i for i in range(days)}
+    prompts = [0] * days
+    by_trigger = {value: [0] * days for value in Trigger.values}
+    checkpoints = (
+        _owned(Checkpoint.objects.all(), owner)
+        .filter(created_at__gte=start)
+        .annotate(day=TruncDate("created_at", tzinfo=zone))
+        .values("day", "trigger")
+        .annotate(
+            total=Count("id"),
+            new_prompts=Sum(F("prompt_count") - Coalesce(F("parent__prompt_count"), Value(0))),
+        )
+        .order_by()
+    )
+    for row in checkpoints:
+        i = index.get(row["day"])
+        if i is None:
+            continue
+        by_trigger.setdefault(row["trigger"], [0] * days)[i] += row["total"]
+        prompts[i] += max(0, row["new_prompts"] or 0)
+    injections = [0] * days
+    injected = (
+        _owned(Injection.objects.all(), owner, "session__owner")
+        .filter(created_at__gte=start)
+        .annotate(day=TruncDate("created_at", tzinfo=zone))
+        .values("day")
+        .annotate(total=Count("id"))
+        .order_by()
+    )
+    for day in injected:
+        i = index.get(day["day"])
+        if i is not None:
+            injections[i] += day["total"]
+    return DailyActivity(
+        days=list(index),
+        prompts=prompts,
+        checkpoints=by_trigger,
+        compactions=list(by_trigger[Trigger.PRE_COMPACTION]),
+        injections=injections,
+    )
