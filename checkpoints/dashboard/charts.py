@@ -44,12 +44,12 @@ def bar_chart(*, title: str, days: Sequence[date], series: Sequence[Series]) -> 
             base -= height
             bars.append(
                 format_html(
-                    '<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}">'
+                    '<rect x="{}" y="{}" width="{}" height="{}" fill="{}">'
                     "<title>{}: {} {}</title></rect>",
-                    i * slot + (slot - bar_width) / 2,
-                    base,
-                    bar_width,
-                    height,
+                    f"{i * slot + (slot - bar_width) / 2:.1f}",
+                    f"{base:.1f}",
+                    f"{bar_width:.1f}",
+                    f"{height:.1f}",
                     PALETTE[index % len(PALETTE)],
                     day.isoformat(),
                     value,

@@ -65,7 +65,7 @@ def account_ensure(*, username: str, password: str | None = None) -> AccountLogi
     if password:
         user.set_password(password)
         fields.append("password")
-    elif not user.has_usable_password():
+    elif not user.password or not user.has_usable_password():
         shown = secrets.token_urlsafe(12)
         user.set_password(shown)
         fields.append("password")
