@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check clean
+.PHONY: install browser run test check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,18 @@ install: $(STAMP)
 run: install
 	$(BIN)/python manage.py serve
 
+## Chromium for the browser tests, from the system's packages (Playwright never downloads one).
+## Installed when missing and this is a Debian-like machine run as root; else the tests skip.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Chromium for the browser tests…"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "Could not install Chromium: the browser tests will be skipped."; \
+	  else echo "Chromium not found: the browser tests will be skipped (Debian: apt-get install chromium)."; fi; }
+
 ## make test: set up and run the whole suite (DATABASE_URL picks PostgreSQL)
-test: install
+test: install browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## make check: lint, format, types, migrations up to date

@@ -21,6 +21,14 @@ from tests.factories import UserFactory
 ALL_SCOPES = ("ingest", "read", "write")
 
 
+def pytest_report_header() -> str:
+    from tests.test_browser import CHROMIUM, MISSING, SCREENSHOTS
+
+    if MISSING:
+        return f"browser tests: SKIPPED, {MISSING}"
+    return f"browser tests: Chromium at {CHROMIUM}; screenshots in {SCREENSHOTS}"
+
+
 @pytest.fixture(autouse=True)
 def _clean_cache(db: Any) -> Iterator[None]:
     # The database cache outlives a test's transaction only on PostgreSQL's keepdb runs;
