@@ -166,6 +166,8 @@ class Checkpoint(models.Model):
     git_head = models.CharField(max_length=64, blank=True)
     context_tokens = models.PositiveIntegerField(null=True, blank=True)
     prompt_count = models.PositiveIntegerField(default=0)
+    # Prompts since the session's previous checkpoint: what the activity page adds up per day.
+    new_prompts = models.PositiveIntegerField(default=0)
     agent_id = models.CharField(max_length=255, blank=True)
     tags = models.JSONField(default=_empty_list, blank=True)
     state = models.JSONField(null=True, blank=True, help_text="Opaque runtime state, bounded.")
@@ -188,6 +190,11 @@ class Checkpoint(models.Model):
             models.Index(fields=["session_key", "-created_at"], name="checkpoint_session_recent"),
             models.Index(
                 fields=["project_normalized", "-created_at"], name="checkpoint_project_recent"
+            ),
+            # The activity page's range scan, answered from the index alone.
+            models.Index(
+                fields=["owner", "created_at", "trigger", "new_prompts"],
+                name="checkpoint_owner_activity",
             ),
         ]
 

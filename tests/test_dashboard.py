@@ -41,6 +41,7 @@ def alice_session(owner: Any) -> Session:
     )
     start = timezone.now() - timedelta(hours=2)
     first = CheckpointFactory(
+        new_prompts=5,
         session=session,
         created_at=start,
         prompt_count=5,
@@ -55,6 +56,7 @@ def alice_session(owner: Any) -> Session:
         parent=first,
         created_at=start + timedelta(hours=1),
         prompt_count=12,
+        new_prompts=7,
         trigger=Trigger.PRE_COMPACTION,
         current_task="Build the checkout flow",
         decisions=["Use Stripe", "Keep prices in cents"],

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, tzinfo
-from typing import TypeVar
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import User
 from django.db.models import (
+    CharField,
     Count,
-    F,
+    Func,
     IntegerField,
     Max,
     Model,
@@ -21,7 +22,7 @@ from django.db.models import (
     Sum,
     Value,
 )
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.functions import Coalesce
 
 from checkpoints.models import Checkpoint, Injection, Session, Trigger
 
@@ -204,50 +205,67 @@ class DailyActivity:
     injections: list[int]
 
 
+class UtcHour(Func):
+    """The UTC hour a timestamp falls in, computed natively (Django's TruncHour runs a
+    Python function per row on SQLite): text ``YYYY-MM-DD HH`` there, a timestamp elsewhere."""
+
+    output_field = CharField()
+
+    template = "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 13)")
+
+
+def _local_day(hour: str, zone: tzinfo) -> date:
+    moment = datetime.strptime(hour, "%Y-%m-%d %H").replace(tzinfo=UTC)
+    return moment.astimezone(zone).date()
+
+
 def activity_by_day(*, owner: User | None, days: int, today: date, zone: tzinfo) -> DailyActivity:
     """Per day of the last ``days`` (in ``zone``): prompts, checkpoints by trigger,
     compactions and injections.
 
-    Prompts are counted when a checkpoint records them (its prompt count minus its
-    predecessor's); compactions are the pre-compaction checkpoints.
+    Prompts are counted when a checkpoint records them (``new_prompts``); compactions are the
+    pre-compaction checkpoints. Rows are counted per UTC hour in SQL, from the
+    ``checkpoint_owner_activity`` index alone, and the hours added up into the viewer's days
+    here (a zone with a half-hour offset puts an hour's rows in the day the hour starts in).
     """
     first = today - timedelta(days=days - 1)
+    day_list = [first + timedelta(days=i) for i in range(days)]
+    index = {day: i for i, day in enumerate(day_list)}
     start = datetime.combine(first, datetime.min.time(), tzinfo=zone)
-    index = {first + timedelta(days=i): i for i in range(days)}
     prompts = [0] * days
     by_trigger = {value: [0] * days for value in Trigger.values}
     checkpoints = (
         _owned(Checkpoint.objects.all(), owner)
         .filter(created_at__gte=start)
-        .annotate(day=TruncDate("created_at", tzinfo=zone))
-        .values("day", "trigger")
-        .annotate(
-            total=Count("id"),
-            new_prompts=Sum(F("prompt_count") - Coalesce(F("parent__prompt_count"), Value(0))),
-        )
+        .annotate(hour=UtcHour("created_at"))
+        .values("hour", "trigger")
+        .annotate(total=Count("*"), new=Sum("new_prompts"))
         .order_by()
     )
     for row in checkpoints:
-        i = index.get(row["day"])
+        i = index.get(_local_day(row["hour"], zone))
         if i is None:
             continue
         by_trigger.setdefault(row["trigger"], [0] * days)[i] += row["total"]
-        prompts[i] += max(0, row["new_prompts"] or 0)
+        prompts[i] += row["new"] or 0
     injections = [0] * days
     injected = (
         _owned(Injection.objects.all(), owner, "session__owner")
         .filter(created_at__gte=start)
-        .annotate(day=TruncDate("created_at", tzinfo=zone))
-        .values("day")
-        .annotate(total=Count("id"))
+        .annotate(hour=UtcHour("created_at"))
+        .values("hour")
+        .annotate(total=Count("*"))
         .order_by()
     )
-    for day in injected:
-        i = index.get(day["day"])
+    for hour in injected:
+        i = index.get(_local_day(hour["hour"], zone))
         if i is not None:
-            injections[i] += day["total"]
+            injections[i] += hour["total"]
     return DailyActivity(
-        days=list(index),
+        days=day_list,
         prompts=prompts,
         checkpoints=by_trigger,
         compactions=list(by_trigger[Trigger.PRE_COMPACTION]),

@@ -130,6 +130,7 @@ def checkpoint_write(
         if content.context_tokens is not None
         else session.context_tokens,
         prompt_count=session.prompt_count,
+        new_prompts=max(0, session.prompt_count - (parent.prompt_count if parent else 0)),
         agent_id=content.agent_id[:255],
         tags=redact_data(content.tags),
         state=redact_data(content.state),
