@@ -97,8 +97,8 @@ def load(sessions: int, per_session: int) -> None:
         "id", "owner_id", "session_id", "session_key", "project_normalized", "harness",
         "trigger", "digest", "current_task", "decisions", "open_questions", "blockers",
         "next_steps", "modified_files", "recent_prompts", "memory_queries", "recent_remembers",
-        "last_assistant_message", "git_branch", "git_head", "prompt_count", "agent_id", "tags",
-        "created_at",
+        "last_assistant_message", "git_branch", "git_head", "prompt_count", "new_prompts",
+        "agent_id", "tags", "created_at",
     ]  # fmt: skip
     placeholders = ", ".join(["%s"] * len(columns))
     # Our own table and column names; the values go as parameters.
@@ -128,7 +128,7 @@ def load(sessions: int, per_session: int) -> None:
                         owner.pk, ids[key], key, f"/src/project-{index % 50}", "claude-code",
                         "periodic", DIGEST, "Refactor the checkout flow", "[]", "[]", "[]", "[]",
                         files, prompts, "[]", "[]", "Running the payment tests now.", "main", "",
-                        per_session * 4 - number, "", "[]", when(moment),
+                        per_session * 4 - number, 4, "", "[]", when(moment),
                     )  # fmt: skip
 
     batch: list[tuple[Any, ...]] = []

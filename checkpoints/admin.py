@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django import forms
@@ -10,6 +11,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -34,6 +36,12 @@ from checkpoints.services.tokens import token_assign_secret, token_revoke
 PREVIEW_SECONDS = 15.0
 
 _ModelT = TypeVar("_ModelT", bound=Model)
+Column = Callable[[Any, Any], str]
+
+# List columns keep this many characters of a session key, an owner's name and a project.
+KEY_CHARS = 10
+OWNER_CHARS = 12
+PROJECT_CHARS = 24
 
 
 def _shortened(value: str, *, limit: int, keep_end: bool = False) -> str:
@@ -42,7 +50,7 @@ def _shortened(value: str, *, limit: int, keep_end: bool = False) -> str:
     ``keep_end`` keeps the end of the value (a path's last segments) instead of its start.
     """
     if len(value) <= limit:
-        return value
+        return value or "-"
     if keep_end:
         tail = value[-(limit - 1) :]
         # A path keeps its last whole segments: "…/services/checkout-api".
@@ -50,6 +58,17 @@ def _shortened(value: str, *, limit: int, keep_end: bool = False) -> str:
     else:
         short = value[: limit - 1] + "…"
     return format_html('<span title="{}">{}</span>', value, short)
+
+
+def _moment(value: Any) -> str:
+    """A list column's time, short enough to fit: ``2025-06-01 14:05`` in the current zone.
+
+    The line may break between the day and the time, never inside the day.
+    """
+    if not value:
+        return "-"
+    local = timezone.localtime(value)
+    return format_html('<span class="nowrap">{}</span> {}', f"{local:%Y-%m-%d}", f"{local:%H:%M}")
 
 
 def _html_list(items: Any) -> str:
@@ -68,9 +87,46 @@ def _html_list(items: Any) -> str:
     )
 
 
-def _changelist_link(*, model: str, session: Session, count: int, noun: str) -> str:
+def _session_rows_link(*, model: str, session: Session, count: int) -> str:
+    """A link to the ``model`` list filtered to ``session``: "3 checkpoints"."""
     url = reverse(f"admin:checkpoints_{model}_changelist") + f"?session__id__exact={session.pk}"
-    return format_html('<a href="{}">{} {}</a>', url, count, noun)
+    return format_html('<a href="{}">{} {}{}</a>', url, count, model, "" if count == 1 else "s")
+
+
+def _value(obj: Any, path: str) -> Any:
+    for name in path.split("__"):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _short_column(path: str, description: str, *, limit: int, keep_end: bool = False) -> Column:
+    """A list column of the text at ``path`` (``session__session_key``), shortened."""
+
+    @admin.display(description=description, ordering=path)
+    def column(model_admin: Any, obj: Any) -> str:
+        return _shortened(_value(obj, path), limit=limit, keep_end=keep_end)
+
+    return column
+
+
+def _time_column(path: str, description: str) -> Column:
+    """A list column of the time at ``path``, short enough to fit."""
+
+    @admin.display(description=description, ordering=path)
+    def column(model_admin: Any, obj: Any) -> str:
+        return _moment(_value(obj, path))
+
+    return column
+
+
+def _list_field(path: str, description: str) -> Column:
+    """A read-only field showing the JSON list at ``path`` as an HTML list."""
+
+    @admin.display(description=description)
+    def column(model_admin: Any, obj: Any) -> str:
+        return _html_list(_value(obj, path))
+
+    return column
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[_ModelT]):
@@ -105,14 +161,14 @@ class LiveFilter(admin.SimpleListFilter):
 
 @admin.register(Session)
 class SessionAdmin(ReadOnlyAdmin[Session]):
+    # A list at 1280 px beside the admin's two sidebars has room for about seven columns.
     list_display = [
         "short_key",
-        "owner",
+        "owner_name",
         "harness",
         "short_project",
-        "prompts",
-        "compactions",
-        "last_activity_at",
+        "prompt_count",
+        "last_activity",
         "live",
     ]
     list_filter = [LiveFilter, "harness", "owner"]
@@ -184,21 +240,16 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
         ),
     ]
 
-    @admin.display(description="session key", ordering="session_key")
-    def short_key(self, obj: Session) -> str:
-        return _shortened(obj.session_key, limit=14)
-
-    @admin.display(description="project", ordering="project_normalized")
-    def short_project(self, obj: Session) -> str:
-        return _shortened(obj.project_normalized, limit=28, keep_end=True)
-
-    @admin.display(description="prompts", ordering="prompt_count")
-    def prompts(self, obj: Session) -> int:
-        return obj.prompt_count
-
-    @admin.display(description="compactions", ordering="compaction_count")
-    def compactions(self, obj: Session) -> int:
-        return obj.compaction_count
+    short_key = _short_column("session_key", "session key", limit=KEY_CHARS)
+    owner_name = _short_column("owner__username", "owner", limit=OWNER_CHARS)
+    short_project = _short_column(
+        "project_normalized", "project", limit=PROJECT_CHARS, keep_end=True
+    )
+    last_activity = _time_column("last_activity_at", "last activity")
+    recent_prompts_list = _list_field("recent_prompts", "recent prompts")
+    recent_queries_list = _list_field("recent_queries", "recent memory queries")
+    recent_remembers_list = _list_field("recent_remembers", "recent remembers")
+    modified_files_list = _list_field("modified_files", "modified files")
 
     @admin.display(boolean=True)
     def live(self, obj: Session) -> bool:
@@ -206,38 +257,18 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
 
     @admin.display(description="checkpoints")
     def checkpoints_link(self, obj: Session) -> str:
-        return _changelist_link(
-            model="checkpoint", session=obj, count=obj.checkpoints.count(), noun="checkpoints"
-        )
+        return _session_rows_link(model="checkpoint", session=obj, count=obj.checkpoints.count())
 
     @admin.display(description="injections")
     def injections_link(self, obj: Session) -> str:
-        return _changelist_link(
-            model="injection", session=obj, count=obj.injections.count(), noun="injections"
-        )
-
-    @admin.display(description="recent prompts")
-    def recent_prompts_list(self, obj: Session) -> str:
-        return _html_list(obj.recent_prompts)
-
-    @admin.display(description="recent memory queries")
-    def recent_queries_list(self, obj: Session) -> str:
-        return _html_list(obj.recent_queries)
-
-    @admin.display(description="recent remembers")
-    def recent_remembers_list(self, obj: Session) -> str:
-        return _html_list(obj.recent_remembers)
-
-    @admin.display(description="modified files")
-    def modified_files_list(self, obj: Session) -> str:
-        return _html_list(obj.modified_files)
+        return _session_rows_link(model="injection", session=obj, count=obj.injections.count())
 
 
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin[Checkpoint]):
     """Checkpoints are evidence: they can be read and deleted, never edited."""
 
-    list_display = ["short_id", "short_key", "trigger", "harness", "prompt_count", "created_at"]
+    list_display = ["created", "short_key", "owner_name", "trigger", "harness", "prompt_count"]
     list_filter = ["trigger", "harness", "owner"]
     search_fields = ["session_key", "project_normalized", "digest", "current_task"]
     date_hierarchy = "created_at"
@@ -258,6 +289,7 @@ class CheckpointAdmin(ReadOnlyAdmin[Checkpoint]):
                     "parent",
                     "agent_id",
                     "prompt_count",
+                    "new_prompts",
                     "context_tokens",
                     "git_branch",
                     "git_head",
@@ -286,13 +318,18 @@ class CheckpointAdmin(ReadOnlyAdmin[Checkpoint]):
         ("Runtime state", {"classes": ["collapse"], "fields": ["state"]}),
     ]
 
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj: Checkpoint) -> str:
-        return str(obj.id)[:13]
-
-    @admin.display(description="session key", ordering="session_key")
-    def short_key(self, obj: Checkpoint) -> str:
-        return _shortened(obj.session_key, limit=14)
+    created = _time_column("created_at", "created")
+    short_key = _short_column("session_key", "session key", limit=KEY_CHARS)
+    owner_name = _short_column("owner__username", "owner", limit=OWNER_CHARS)
+    decisions_list = _list_field("decisions", "decisions")
+    open_questions_list = _list_field("open_questions", "open questions")
+    blockers_list = _list_field("blockers", "blockers")
+    next_steps_list = _list_field("next_steps", "next steps")
+    modified_files_list = _list_field("modified_files", "modified files")
+    recent_prompts_list = _list_field("recent_prompts", "recent prompts")
+    memory_queries_list = _list_field("memory_queries", "memory queries")
+    recent_remembers_list = _list_field("recent_remembers", "recent remembers")
+    tags_list = _list_field("tags", "tags")
 
     @admin.display(description="digest")
     def digest_html(self, obj: Checkpoint) -> str:
@@ -300,50 +337,14 @@ class CheckpointAdmin(ReadOnlyAdmin[Checkpoint]):
             return "-"
         return format_html('<div class="signet-markdown">{}</div>', render_markdown(obj.digest))
 
-    @admin.display(description="decisions")
-    def decisions_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.decisions)
-
-    @admin.display(description="open questions")
-    def open_questions_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.open_questions)
-
-    @admin.display(description="blockers")
-    def blockers_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.blockers)
-
-    @admin.display(description="next steps")
-    def next_steps_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.next_steps)
-
-    @admin.display(description="modified files")
-    def modified_files_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.modified_files)
-
-    @admin.display(description="recent prompts")
-    def recent_prompts_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.recent_prompts)
-
-    @admin.display(description="memory queries")
-    def memory_queries_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.memory_queries)
-
-    @admin.display(description="recent remembers")
-    def recent_remembers_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.recent_remembers)
-
-    @admin.display(description="tags")
-    def tags_list(self, obj: Checkpoint) -> str:
-        return _html_list(obj.tags)
-
 
 @admin.register(Injection)
 class InjectionAdmin(ReadOnlyAdmin[Injection]):
-    list_display = ["created_at", "short_key", "source", "match", "size_chars", "checkpoint_short"]
+    list_display = ["created", "short_key", "owner_name", "source", "match", "size"]
     list_filter = ["source", "match"]
     search_fields = ["session__session_key", "content"]
     date_hierarchy = "created_at"
-    list_select_related = ["session"]
+    list_select_related = ["session__owner"]
     fields = [
         "created_at",
         "session",
@@ -355,17 +356,14 @@ class InjectionAdmin(ReadOnlyAdmin[Injection]):
         "content_text",
     ]
 
-    @admin.display(description="session key", ordering="session__session_key")
-    def short_key(self, obj: Injection) -> str:
-        return _shortened(obj.session.session_key, limit=14)
+    created = _time_column("created_at", "created")
+    short_key = _short_column("session__session_key", "session key", limit=KEY_CHARS)
+    owner_name = _short_column("session__owner__username", "owner", limit=OWNER_CHARS)
+    omitted_list = _list_field("omitted", "omitted for space")
 
-    @admin.display(description="checkpoint", ordering="checkpoint")
-    def checkpoint_short(self, obj: Injection) -> str:
-        return str(obj.checkpoint_id)[:13] if obj.checkpoint_id else "-"
-
-    @admin.display(description="omitted for space")
-    def omitted_list(self, obj: Injection) -> str:
-        return _html_list(obj.omitted)
+    @admin.display(description="size", ordering="size_chars")
+    def size(self, obj: Injection) -> str:
+        return f"{obj.size_chars:,} chars"
 
     @admin.display(description="content, as injected")
     def content_text(self, obj: Injection) -> str:
@@ -506,22 +504,30 @@ class RetentionRunAdmin(ReadOnlyAdmin[RetentionRun]):
     """The history of prune and idle-close runs: read only."""
 
     list_display = [
-        "started_at",
+        "started",
         "kind",
         "duration",
-        "checkpoints_by_age",
-        "checkpoints_by_cap",
-        "checkpoints_by_session_age",
+        "checkpoints_deleted",
         "sessions_deleted",
         "sessions_closed",
-        "bytes_reclaimed",
+        "reclaimed",
     ]
     list_filter = ["kind"]
     date_hierarchy = "started_at"
 
+    started = _time_column("started_at", "started")
+
     @admin.display(description="duration", ordering="duration_seconds")
     def duration(self, obj: RetentionRun) -> str:
         return f"{obj.duration_seconds:.2f} s"
+
+    @admin.display(description="checkpoints deleted")
+    def checkpoints_deleted(self, obj: RetentionRun) -> int:
+        return obj.checkpoints_deleted
+
+    @admin.display(description="space reclaimed", ordering="bytes_reclaimed")
+    def reclaimed(self, obj: RetentionRun) -> str:
+        return "-" if obj.bytes_reclaimed is None else filesizeformat(obj.bytes_reclaimed)
 
 
 class ApiTokenForm(forms.ModelForm[ApiToken]):
@@ -537,15 +543,7 @@ class ApiTokenForm(forms.ModelForm[ApiToken]):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     form = ApiTokenForm
-    list_display = [
-        "name",
-        "prefix",
-        "owner",
-        "scope_names",
-        "created_at",
-        "last_used_at",
-        "active",
-    ]
+    list_display = ["name", "prefix", "owner_name", "scope_names", "created", "last_used", "active"]
     list_filter = ["owner"]
     search_fields = ["name", "prefix", "owner__username"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
@@ -555,6 +553,10 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     @admin.display(boolean=True)
     def active(self, obj: ApiToken) -> bool:
         return obj.is_active
+
+    owner_name = _short_column("owner__username", "owner", limit=OWNER_CHARS)
+    created = _time_column("created_at", "created")
+    last_used = _time_column("last_used_at", "last used")
 
     @admin.display(description="scopes")
     def scope_names(self, obj: ApiToken) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from django.contrib import admin
@@ -19,7 +20,7 @@ from checkpoints.models import (
 )
 from checkpoints.services.config import config_get
 from signet_site import settings as production_settings
-from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
+from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -197,7 +198,12 @@ def evidence(owner):
     checkpoint = CheckpointFactory(session=session)
     injection = InjectionFactory(session=session, checkpoint=checkpoint)
     run = RetentionRun.objects.create(kind=RetentionRun.Kind.PRUNE)
-    return {"session": session, "checkpoint": checkpoint, "injection": injection, "retentionrun": run}
+    return {
+        "session": session,
+        "checkpoint": checkpoint,
+        "injection": injection,
+        "retentionrun": run,
+    }
 
 
 @pytest.mark.parametrize("name", ["session", "checkpoint", "injection", "retentionrun"])
@@ -272,7 +278,8 @@ def test_list_fields_show_as_escaped_html_lists(client, superuser, owner):
     html = page.content.decode()
     assert "<li>Use PostgreSQL</li><li>Keep &lt;i&gt;SQLite&lt;/i&gt; for tests</li>" in html
     assert "<li>ship it</li>" in html
-    assert "[&quot;" not in html and "[&#x27;" not in html  # no JSON or repr text
+    assert "[&quot;" not in html
+    assert "[&#x27;" not in html
     assert "<i>SQLite" not in html
 
     page = client.get(reverse("admin:checkpoints_session_change", args=[session.pk]))
@@ -287,7 +294,8 @@ def test_token_scopes_show_as_words(client, superuser, owner, make_token):
     client.force_login(superuser)
     listing = client.get(reverse("admin:checkpoints_apitoken_changelist")).content.decode()
     assert "Ingest (hooks), Read" in listing
-    assert "&#x27;read&#x27;" not in listing and "&quot;read&quot;" not in listing
+    assert "&#x27;read&#x27;" not in listing
+    assert "&quot;read&quot;" not in listing
 
 
 def test_a_session_page_links_to_its_checkpoints_and_injections(client, superuser, owner):
@@ -300,17 +308,17 @@ def test_a_session_page_links_to_its_checkpoints_and_injections(client, superuse
     CheckpointFactory(session=other)
     client.force_login(superuser)
     html = client.get(reverse("admin:checkpoints_session_change", args=[session.pk])).content
-    links = dict(
-        (noun, href)
-        for href, noun in re.findall(rb'<a href="([^"]+)">\d+ (checkpoints|injections)</a>', html)
-    )
+    links = {
+        noun: href.decode().replace("&amp;", "&")
+        for href, noun in re.findall(rb'<a href="([^"]+)">\d+ (checkpoint|injection)s?</a>', html)
+    }
     assert b">2 injections</a>" in html
-    assert b">1 checkpoints</a>" in html
+    assert b">1 checkpoint</a>" in html
 
-    injections = client.get(links[b"injections"].decode().replace("&amp;", "&"))
+    injections = client.get(links[b"injection"])
     assert injections.context["cl"].result_count == 2
     assert {i.session_id for i in injections.context["cl"].result_list} == {session.pk}
-    checkpoints = client.get(links[b"checkpoints"].decode().replace("&amp;", "&"))
+    checkpoints = client.get(links[b"checkpoint"])
     assert checkpoints.context["cl"].result_count == 1
     assert checkpoints.context["cl"].result_list[0].session_id == session.pk
 
@@ -335,20 +343,35 @@ def test_engine_flags_sit_in_a_collapsed_engine_state_section(client, superuser,
         assert html.count(f"field-{flag}".encode()) == 1, flag  # and nowhere else
 
 
-def test_long_keys_and_projects_are_shortened_in_lists_with_the_full_value_in_a_title(
-    client, superuser, owner
-):
+def test_long_values_are_shortened_in_lists_with_the_full_value_in_a_title(client, superuser):
     key = "0199a4c2-7d1e-7b3a-9f00-5c3e2d1a0b9f"
     project = "/home/alice/src/clients/acme/platform/services/checkout-api"
+    owner = UserFactory(username="alice.longname@example.test")
     session = SessionFactory(owner=owner, session_key=key, project_normalized=project)
-    SessionFactory(owner=owner, session_key="short", project_normalized="/srv/app")
+    SessionFactory(
+        owner=UserFactory(username="bob"), session_key="short", project_normalized="/app"
+    )
     CheckpointFactory(session=session)
     InjectionFactory(session=session)
     client.force_login(superuser)
     for name in ("session", "checkpoint", "injection"):
         html = client.get(reverse(f"admin:checkpoints_{name}_changelist")).content.decode()
-        assert f'<span title="{key}">0199a4c2-7d1e…</span>' in html, name
+        assert f'<span title="{key}">0199a4c2-…</span>' in html, name
         assert f">{key}<" not in html, name
+        assert f'<span title="{owner.username}">alice.longn…</span>' in html, name
     html = client.get(reverse("admin:checkpoints_session_changelist")).content.decode()
     assert f'<span title="{project}">…/services/checkout-api</span>' in html
-    assert ">short<" in html and ">/srv/app<" in html
+    assert ">short<" in html
+    assert ">/app<" in html
+    assert ">bob<" in html
+
+
+def test_list_times_are_short_and_break_only_between_day_and_time(
+    client, superuser, owner, settings
+):
+    settings.TIME_ZONE = "Europe/Paris"
+    moment = datetime(2025, 6, 1, 12, 5, tzinfo=UTC)
+    SessionFactory(owner=owner, last_activity_at=moment, started_at=moment)
+    client.force_login(superuser)
+    html = client.get(reverse("admin:checkpoints_session_changelist")).content.decode()
+    assert '<span class="nowrap">2025-06-01</span> 14:05' in html
