@@ -41,7 +41,7 @@ def test_create_token_creates_the_user_and_prints_a_working_token_last():
     text, raw = create_token("--user", "carol", "--scopes", "ingest,read,write", "--name", "lap")
     assert "Created user 'carol'" in text
     user = get_user_model().objects.get(username="carol")
-    assert not user.has_usable_password()
+    assert user.has_usable_password()  # the dashboard login it printed
 
     response = bearer(raw).get(WHOAMI)
     assert response.status_code == 200

@@ -32,7 +32,7 @@ def test_healthz_refuses_writes(client):
 def test_dashboard_requires_login(client):
     response = client.get("/")
     assert response.status_code == 302
-    assert "/admin/login/" in response["Location"]
+    assert response["Location"].startswith("/accounts/login/")
 
 
 def test_dashboard_shows_only_the_owners_sessions(client, owner, stranger):
