@@ -102,6 +102,7 @@ class Command(BaseCommand):
             if self._wait_ready(f"{base_url}/healthz", children.values(), lambda: stopping):
                 self.stdout.write(
                     self.style.SUCCESS(f"\nSignet Continuity is running: {base_url}/\n")
+                    + f"  dashboard: {base_url}/  (log in with the line below)\n"
                     + f"  admin:     {base_url}/admin/\n"
                     + f"  {describe_login(login)}\n"
                     + f"  health:    {base_url}/healthz\n"
