@@ -30,7 +30,7 @@ def logged_in(user: Any) -> Client:
 
 
 @pytest.fixture
-def alice_session(owner: Any) -> Session:
+def alice_session(owner: Any) -> Any:
     session = SessionFactory(
         owner=owner,
         session_key="alice-session-1",

@@ -26,14 +26,13 @@ from checkpoints.search import checkpoint_search
 from checkpoints.selectors import retention_overview
 from checkpoints.services.config import config_get
 from checkpoints.services.recovery import recovery_prepare, recovery_render
-from checkpoints.services.retention import RULE_TITLES, RuleTally, prune_run
+from checkpoints.services.retention import RULE_TITLES, RuleTally, prune_preview
 
 SESSIONS_PER_PAGE = 50
 TIMELINE_LIMIT = 100
 PROJECTS_PER_PAGE = 25
 SEARCH_PER_PAGE = 20
 ACTIVITY_DAYS = 30
-PREVIEW_SECONDS = 15  # a dry run in a web request stops after this long
 
 
 @dataclass(frozen=True)
@@ -339,7 +338,7 @@ def retention(request: HttpRequest) -> HttpResponse:
     preview = None
     rules: list[tuple[str, RuleTally, list[tuple[str, int]]]] = []
     if viewer.user.is_superuser and request.GET.get("preview"):
-        preview = prune_run(dry_run=True, max_seconds=PREVIEW_SECONDS)
+        preview = prune_preview()
         rules = [
             (RULE_TITLES[rule], tally, tally.by_project.most_common(10))
             for rule, tally in preview.rules.items()

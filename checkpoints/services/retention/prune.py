@@ -425,3 +425,13 @@ def _record(report: PruneReport) -> RetentionRun:
         bytes_reclaimed=report.bytes_reclaimed,
         report=report.as_dict(),
     )
+
+
+# A preview runs inside a web request: it stops well before gunicorn's 30 s timeout.
+PREVIEW_SECONDS = 15.0
+
+
+def prune_preview() -> PruneReport:
+    """What the next prune would delete, as a dry run bounded for a web request (the admin's
+    settings page and the dashboard's retention page); ``complete`` says if it got through."""
+    return prune_run(dry_run=True, max_seconds=PREVIEW_SECONDS)
