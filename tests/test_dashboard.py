@@ -483,3 +483,21 @@ def test_list_and_detail_query_counts_do_not_grow_with_rows(owner):
     assert counts_small == counts_large
     # Pinned: session + user, then the page's own reads.
     assert counts_large == {"list": 5, "detail": 8, "projects": 5, "activity": 4}
+
+
+def test_a_long_timeline_shows_the_newest_and_diffs_the_oldest_shown(owner, monkeypatch):
+    monkeypatch.setattr("checkpoints.dashboard.views.TIMELINE_LIMIT", 2)
+    session = SessionFactory(owner=owner)
+    start = timezone.now() - timedelta(hours=1)
+    for i in range(4):
+        CheckpointFactory(
+            session=session,
+            created_at=start + timedelta(minutes=i),
+            decisions=[f"decision {j}" for j in range(i + 1)],
+        )
+    page = logged_in(owner).get(reverse("session_detail", args=[session.pk])).content.decode()
+    assert 'Checkpoints <span class="muted">(4)</span>' in page
+    assert "Showing the newest 2." in page
+    assert "First checkpoint" not in page
+    assert "<ins>+ decision 2</ins>" in page  # the oldest shown, against the one before it
+    assert "<ins>+ decision 0</ins>" not in page

@@ -113,16 +113,22 @@ def session_continuations(*, session: Session) -> list[Session]:
     )
 
 
-def session_timeline(*, session: Session, limit: int) -> tuple[list[Checkpoint], int]:
-    """The session's newest ``limit`` checkpoints, oldest first, and how many it has."""
+@dataclass(frozen=True)
+class Timeline:
+    checkpoints: list[Checkpoint]  # the newest ``limit``, oldest first
+    before: Checkpoint | None  # the one before the oldest shown, for that one's diff
+    total: int
+
+
+def session_timeline(*, session: Session, limit: int) -> Timeline:
+    """The session's newest ``limit`` checkpoints, the one before them, and how many it has."""
     newest = list(
         Checkpoint.objects.filter(session=session).order_by("-created_at", "-id")[: limit + 1]
     )
-    total = len(newest)
-    if total > limit:
-        total = Checkpoint.objects.filter(session=session).count()
-        newest = newest[:limit]
-    return newest[::-1], total
+    if len(newest) <= limit:
+        return Timeline(checkpoints=newest[::-1], before=None, total=len(newest))
+    total = Checkpoint.objects.filter(session=session).count()
+    return Timeline(checkpoints=newest[:limit][::-1], before=newest[limit], total=total)
 
 
 def session_injections(*, session: Session, limit: int = 50) -> list[Injection]:

@@ -142,10 +142,11 @@ def session_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
     if session is None:
         raise Http404("No such session.")
-    checkpoints, total = selectors.session_timeline(session=session, limit=TIMELINE_LIMIT)
+    found = selectors.session_timeline(session=session, limit=TIMELINE_LIMIT)
+    shown = found.checkpoints
     timeline = [
-        (checkpoint, checkpoint_diff(before=checkpoints[i - 1] if i else None, after=checkpoint))
-        for i, checkpoint in enumerate(checkpoints)
+        (checkpoint, checkpoint_diff(before=shown[i - 1] if i else found.before, after=checkpoint))
+        for i, checkpoint in enumerate(shown)
     ]
     timeline.reverse()  # newest first on the page
     config = config_get()
@@ -159,8 +160,8 @@ def session_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "session": session,
             "continuations": selectors.session_continuations(session=session),
             "timeline": timeline,
-            "checkpoint_total": total,
-            "timeline_cut": total > len(checkpoints),
+            "checkpoint_total": found.total,
+            "timeline_cut": found.total > len(shown),
             "injections": selectors.session_injections(session=session),
             "recovery": prepared[1] if prepared else None,
             "recovery_match": prepared[0] if prepared else None,
