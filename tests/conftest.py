@@ -22,7 +22,7 @@ ALL_SCOPES = ("ingest", "read", "write")
 
 
 def pytest_report_header() -> str:
-    from tests.test_browser import CHROMIUM, MISSING, SCREENSHOTS
+    from tests.browser import CHROMIUM, MISSING, SCREENSHOTS
 
     if MISSING:
         return f"browser tests: SKIPPED, {MISSING}"

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from checkpoints.models import RetentionRun
 from checkpoints.services.tokens import token_create
+from tests.browser import CHROMIUM, requires_browser
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory, UserFactory
 
-CHROMIUM = Path("/usr/bin/chromium")
-
-pytestmark = [
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="browser test skipped: Chromium is not installed"
-    ),
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = [requires_browser, pytest.mark.django_db(transaction=True)]
 
 LISTS = ["session", "checkpoint", "injection", "retentionrun", "apitoken"]
 
@@ -30,7 +22,8 @@ OVERFLOW = """() => {
 
 
 def test_admin_lists_fit_at_1280_px_beside_both_sidebars(live_server, superuser):
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    from playwright.sync_api import sync_playwright
+
     # The widest values the columns meet: a long owner name, session key and project path.
     owner = UserFactory(username="alice.longname@example.test")
     for n in range(3):
@@ -54,7 +47,7 @@ def test_admin_lists_fit_at_1280_px_beside_both_sidebars(live_server, superuser)
     token_create(owner=owner, name="laptop hooks", scopes=("ingest", "read", "write"))
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.goto(f"{live_server.url}/admin/login/")
         page.fill("#id_username", superuser.username)

@@ -1,54 +1,25 @@
-"""The dashboard in a real browser: Playwright driving the system's headless Chromium.
-
-Never downloads a browser: it uses ``SIGNET_CHROMIUM`` (default ``/usr/bin/chromium``, from
-Debian's ``chromium`` package). Without it, or without Playwright, these tests skip and say
-why; ``.ci/run`` installs Chromium and sets ``SIGNET_REQUIRE_BROWSER=1``, which turns the
-skip into a failure. Screenshots go to ``SIGNET_SCREENSHOTS`` (default
-``var/screenshots``), printed at the start.
-"""
+"""The dashboard in a real browser: Playwright driving the system's headless Chromium
+(see ``tests/browser.py`` for which, and when these tests skip)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from checkpoints.models import ApiToken, Trigger
+from tests.browser import CHROMIUM, SCREENSHOTS, requires_browser
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory, UserFactory
 
-CHROMIUM = os.environ.get("SIGNET_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = Path(
-    os.environ.get(
-        "SIGNET_SCREENSHOTS", Path(__file__).resolve().parent.parent / "var" / "screenshots"
-    )
-)
 PASSWORD = "correct horse battery staple"
 PHONE = {"width": 375, "height": 812}
 
 
-def _browser_missing() -> str:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright is not installed (pip install -e '.[dev]')"
-    if not shutil.which(CHROMIUM):
-        return f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)"
-    return ""
-
-
-MISSING = _browser_missing()
-if MISSING and os.environ.get("SIGNET_REQUIRE_BROWSER") == "1":
-    raise RuntimeError(f"SIGNET_REQUIRE_BROWSER=1 but {MISSING}")
-pytestmark = [
-    pytest.mark.skipif(bool(MISSING), reason=f"browser tests skipped: {MISSING}"),
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = [requires_browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(scope="module")
