@@ -1,10 +1,13 @@
 """Markdown for digests, as the dashboard and the admin show them.
 
 Digests are written by agents and by clients: they are untrusted text. Raw HTML in them is
-shown as text (CommonMark with HTML off), and links keep only http, https and mailto targets.
+shown as text (CommonMark with HTML off), links keep only http, https and mailto targets
+(with ``rel="nofollow noopener noreferrer"``), and images are not rendered.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
@@ -21,6 +24,17 @@ def _link_allowed(url: str) -> bool:
 
 _renderer = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
 _renderer.validateLink = _link_allowed  # type: ignore[method-assign]
+# An image in a digest would make every viewer's browser fetch a URL an agent wrote.
+_renderer.disable("image")
+
+
+def _link_open(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    tokens[idx].attrSet("rel", "nofollow noopener noreferrer")
+    rendered: str = self.renderToken(tokens, idx, options, env)
+    return rendered
+
+
+_renderer.add_render_rule("link_open", _link_open)
 
 
 def render_markdown(text: str) -> SafeString:

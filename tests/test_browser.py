@@ -123,6 +123,7 @@ def test_a_user_follows_a_session_from_the_list_to_its_recovery_context(
     page.wait_for_selector("button.copy:has-text('Copied')")
     # a digest rendered as Markdown
     page.locator("li.checkpoint").last.locator("summary").click()
+    page.wait_for_selector(".markdown strong")
     assert page.locator(".markdown strong").first.inner_text() == "cart"
     page.screenshot(path=str(SCREENSHOTS / "session.png"), full_page=True)
 
@@ -155,6 +156,14 @@ def test_a_user_creates_then_revokes_a_token(browser, live_server, alice):
     assert ApiToken.objects.get(owner=alice, name="laptop").revoked_at is not None
 
 
+def test_times_follow_the_browsers_time_zone(browser, live_server, alice):
+    page = _login(browser, live_server, timezone_id="Asia/Tokyo")
+    page.locator("#sessions a").first.click()
+    page.wait_for_selector("#timeline-h")
+    started = page.locator("dt:has-text('Started') + dd").inner_text()
+    assert started.endswith("JST"), started
+
+
 def test_pages_fit_a_375px_phone(browser, live_server, alice):
     page = _login(browser, live_server, viewport=PHONE)
     session_url = page.locator("#sessions a").first.get_attribute("href")
@@ -171,4 +180,7 @@ def test_pages_fit_a_375px_phone(browser, live_server, alice):
         page.goto(f"{live_server.url}{path}")
         page.wait_for_load_state("networkidle")
         _no_sideways_scroll(page)
+        nav = page.locator("nav[aria-label=Main]").bounding_box()
+        assert nav is not None
+        assert nav["height"] < 90, f"{path}: the menu wraps into {nav['height']}px"
         page.screenshot(path=str(SCREENSHOTS / f"phone-{name}.png"), full_page=True)

@@ -164,6 +164,40 @@ def test_another_user_gets_404_for_every_object_page(teammate, alice_session):
     assert Checkpoint.objects.filter(pk=checkpoint.pk).exists()
 
 
+def test_another_user_sees_nothing_of_the_owners_on_any_list(teammate, alice_session):
+    client = logged_in(teammate)
+    for url in (
+        "/",
+        "/?owner=alice",
+        "/?owner=all",
+        reverse("session_rows") + "?owner=all",
+        reverse("projects") + "?owner=all",
+        reverse("search") + "?q=stripe&owner=all",
+        reverse("activity") + "?owner=all",
+    ):
+        page = client.get(url).content.decode()
+        assert "feature/checkout" not in page, url
+        assert "/home/alice/src/shop" not in page, url
+        assert "Stripe" not in page, url
+    assert "0 prompts" in client.get(reverse("activity") + "?owner=alice").content.decode()
+
+
+def test_bad_filters_and_pages_are_ignored_not_errors(owner, alice_session):
+    client = logged_in(owner)
+    for url in (
+        "/?until=9999-12-31",
+        "/?since=0001-01-01",
+        "/?page=99999999999999999999",
+        "/?page=-3",
+        reverse("projects") + "?page=99999999999999999999",
+        reverse("search") + "?q=stripe&page=99999999999999999999",
+        reverse("session_rows") + "?page=abc",
+    ):
+        assert client.get(url).status_code == 200, url
+    client.cookies["tz"] = "Asia/Tokyo"
+    assert client.get("/?since=0001-01-01&until=9999-12-31").status_code == 200
+
+
 def test_owner_filter_is_for_superusers_only(owner, teammate, superuser, alice_session):
     SessionFactory(owner=teammate, git_branch="bob-branch")
     bob = logged_in(teammate).get("/?owner=all").content.decode()
@@ -275,10 +309,9 @@ def test_session_detail_shows_timeline_diff_injections_and_recovery(owner, alice
     # trigger badges
     assert "trigger-pre_compaction" in page
     assert "trigger-periodic" in page
-    # markdown digest, raw HTML escaped
-    assert "<h1>First</h1>" in page
-    assert "<script>alert(1)</script>" not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # digests load on demand, from their own URL
+    first = alice_session.checkpoints.order_by("created_at").first()
+    assert reverse("checkpoint_digest", args=[first.pk]) in page
     # the injection
     assert "compact" in page
     assert "recent prompts" in page
@@ -286,6 +319,19 @@ def test_session_detail_shows_timeline_diff_injections_and_recovery(owner, alice
     assert "## Session Recovery Context" in page
     assert 'data-copy="recovery-text"' in page
     assert "Keep prices in cents" in page
+
+
+def test_a_digest_is_markdown_with_raw_html_and_images_left_out(owner, teammate, alice_session):
+    first = alice_session.checkpoints.order_by("created_at").first()
+    first.digest = "# First\n<script>alert(1)</script>\n\n![x](https://tracker.test/p.png)"
+    first.save()
+    url = reverse("checkpoint_digest", args=[first.pk])
+    html = logged_in(owner).get(url).content.decode()
+    assert "<h1>First</h1>" in html
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<img" not in html
+    assert logged_in(teammate).get(url).status_code == 404
 
 
 def test_session_detail_shows_recovery_without_recording_it(owner, alice_session):
@@ -481,7 +527,12 @@ def test_list_and_detail_query_counts_do_not_grow_with_rows(owner):
         "activity": _queries(client, reverse("activity")),
     }
     assert counts_small == counts_large
-    # Pinned: session + user, then the page's own reads.
+    # Pinned. Every page: the login session, the user. Then
+    #   list: the count, the page of sessions (counts as subqueries), the project menu;
+    #   detail: the session, its timeline, its injections, the cached config, the recovery
+    #           look-up, the lineage;
+    #   projects: the page of projects, their latest checkpoints, the cached config;
+    #   activity: checkpoints per hour and trigger, injections per hour.
     assert counts_large == {"list": 5, "detail": 8, "projects": 5, "activity": 4}
 
 

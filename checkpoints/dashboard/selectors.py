@@ -33,6 +33,25 @@ def _owned(queryset: QuerySet[M], owner: User | None, field: str = "owner") -> Q
     return queryset if owner is None else queryset.filter(**{field: owner})
 
 
+# What a row of the sessions list shows: the JSON lists and long texts stay in the database.
+SESSION_ROW_FIELDS = (
+    "id",
+    "owner__username",
+    "session_key",
+    "harness",
+    "project",
+    "project_normalized",
+    "git_branch",
+    "started_at",
+    "last_activity_at",
+    "ended_at",
+    "prompt_count",
+    "compaction_count",
+    "context_percent",
+    "context_tokens",
+)
+
+
 @dataclass(frozen=True)
 class SessionFilters:
     project: str = ""
@@ -62,7 +81,9 @@ def sessions_page_queryset(
     Counts are correlated subqueries rather than a join and GROUP BY, so a page of 50 costs
     50 index look-ups however many checkpoints the owner has.
     """
-    sessions = _owned(Session.objects.all(), owner).select_related("owner")
+    sessions = (
+        _owned(Session.objects.all(), owner).select_related("owner").only(*SESSION_ROW_FIELDS)
+    )
     if filters.project:
         sessions = sessions.filter(project_normalized=filters.project)
     if filters.harness:
@@ -113,6 +134,10 @@ def session_continuations(*, session: Session) -> list[Session]:
     )
 
 
+# The timeline shows fields and diffs; digests load when opened (``checkpoint_digest``).
+TIMELINE_DEFERRED = ("digest", "state", "last_assistant_message", "memory_queries")
+
+
 @dataclass(frozen=True)
 class Timeline:
     checkpoints: list[Checkpoint]  # the newest ``limit``, oldest first
@@ -123,7 +148,9 @@ class Timeline:
 def session_timeline(*, session: Session, limit: int) -> Timeline:
     """The session's newest ``limit`` checkpoints, the one before them, and how many it has."""
     newest = list(
-        Checkpoint.objects.filter(session=session).order_by("-created_at", "-id")[: limit + 1]
+        Checkpoint.objects.filter(session=session)
+        .defer(*TIMELINE_DEFERRED)
+        .order_by("-created_at", "-id")[: limit + 1]
     )
     if len(newest) <= limit:
         return Timeline(checkpoints=newest[::-1], before=None, total=len(newest))
@@ -131,9 +158,9 @@ def session_timeline(*, session: Session, limit: int) -> Timeline:
     return Timeline(checkpoints=newest[:limit][::-1], before=newest[limit], total=total)
 
 
-def session_injections(*, session: Session, limit: int = 50) -> list[Injection]:
-    """The injections made into ``session``, newest first."""
-    return list(
+def session_injections(*, session: Session, limit: int) -> tuple[list[Injection], int]:
+    """The newest ``limit`` injections made into ``session``, and how many there are."""
+    injections = list(
         Injection.objects.filter(session=session)
         .select_related("checkpoint")
         .only(
@@ -151,9 +178,13 @@ def session_injections(*, session: Session, limit: int = 50) -> list[Injection]:
         )
         .order_by("-created_at")[:limit]
     )
+    if len(injections) < limit:
+        return injections, len(injections)
+    return injections, Injection.objects.filter(session=session).count()
 
 
 def checkpoint_for_page(*, owner: User | None, pk: str) -> Checkpoint | None:
+    """One checkpoint with its session, or None when it is not the owner's."""
     return _owned(Checkpoint.objects.all(), owner).select_related("session").filter(pk=pk).first()
 
 
@@ -168,13 +199,12 @@ class ProjectRow:
 
 def projects_page(*, owner: User | None, offset: int, limit: int) -> tuple[list[ProjectRow], bool]:
     """One row per normalised project, most recently active first, with its latest
-    checkpoint; and whether more rows follow. Two queries whatever the number of rows."""
-    latest_id = Subquery(
-        _owned(Checkpoint.objects.all(), owner)
-        .filter(project_normalized=OuterRef("project_normalized"))
-        .order_by("-created_at", "-id")
-        .values("id")[:1]
-    )
+    checkpoint; and whether more rows follow.
+
+    Two queries whatever the number of rows: the page's projects grouped from the sessions,
+    then the latest checkpoint of each of those (one indexed look-up per project, inside one
+    statement).
+    """
     rows = list(
         _owned(Session.objects.all(), owner)
         .exclude(project_normalized="")
@@ -183,20 +213,31 @@ def projects_page(*, owner: User | None, offset: int, limit: int) -> tuple[list[
             sessions=Count("id"),
             live=Count("id", filter=Q(ended_at__isnull=True)),
             last_activity=Max("last_activity_at"),
-            latest_id=latest_id,
         )
         .order_by("-last_activity", "project_normalized")[offset : offset + limit + 1]
     )
     more = len(rows) > limit
     rows = rows[:limit]
-    checkpoints = Checkpoint.objects.in_bulk([row["latest_id"] for row in rows if row["latest_id"]])
+    latest: dict[str, Checkpoint] = {}
+    if rows:
+        newest_of = Q()
+        for row in rows:
+            newest_of |= Q(
+                pk=Subquery(
+                    _owned(Checkpoint.objects.all(), owner)
+                    .filter(project_normalized=row["project_normalized"])
+                    .order_by("-created_at", "-id")
+                    .values("pk")[:1]
+                )
+            )
+        latest = {c.project_normalized: c for c in Checkpoint.objects.filter(newest_of)}
     return [
         ProjectRow(
             project=row["project_normalized"],
             sessions=row["sessions"],
             live=row["live"],
             last_activity=row["last_activity"],
-            latest=checkpoints.get(row["latest_id"]),
+            latest=latest.get(row["project_normalized"]),
         )
         for row in rows
     ], more
@@ -212,8 +253,8 @@ class DailyActivity:
 
 
 class UtcHour(Func):
-    """The UTC hour a timestamp falls in, computed natively (Django's TruncHour runs a
-    Python function per row on SQLite): text ``YYYY-MM-DD HH`` there, a timestamp elsewhere."""
+    """The UTC hour a timestamp falls in, as text ``YYYY-MM-DD HH``, computed natively
+    (Django's TruncHour runs a Python function per row on SQLite)."""
 
     output_field = CharField()
 

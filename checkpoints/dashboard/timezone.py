@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.http import HttpRequest, HttpResponse
@@ -27,7 +28,7 @@ class ViewerTimezoneMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        zone = zone_from_cookie(request.COOKIES.get(TZ_COOKIE, ""))
+        zone = zone_from_cookie(unquote(request.COOKIES.get(TZ_COOKIE, "")))
         if zone is None:
             timezone.deactivate()
             return self.get_response(request)

@@ -8,6 +8,7 @@ urlpatterns = [
     path("sessions/rows/", views.session_rows, name="session_rows"),
     path("sessions/<int:pk>/", views.session_detail, name="session_detail"),
     path("sessions/<int:pk>/delete/", views.session_delete, name="session_delete"),
+    path("checkpoints/<uuid:pk>/digest/", views.checkpoint_digest, name="checkpoint_digest"),
     path("checkpoints/<uuid:pk>/delete/", views.checkpoint_delete, name="checkpoint_delete"),
     path("projects/", views.projects, name="projects"),
     path("search/", views.search, name="search"),

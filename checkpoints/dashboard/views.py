@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -21,18 +21,27 @@ from django.views.decorators.http import require_http_methods, require_safe
 from checkpoints.dashboard import selectors
 from checkpoints.dashboard.charts import Series, bar_chart
 from checkpoints.dashboard.diff import checkpoint_diff
+from checkpoints.dashboard.tokens import install_command
+from checkpoints.markdown import render_markdown
 from checkpoints.models import Harness, Trigger
 from checkpoints.search import checkpoint_search
 from checkpoints.selectors import retention_overview
+from checkpoints.services import store
 from checkpoints.services.config import config_get
 from checkpoints.services.recovery import recovery_prepare, recovery_render
 from checkpoints.services.retention import RULE_TITLES, RuleTally, prune_preview
+from hooks.install import DEFAULT_TOKEN_ENV
 
 SESSIONS_PER_PAGE = 50
 TIMELINE_LIMIT = 100
+INJECTIONS_SHOWN = 50
 PROJECTS_PER_PAGE = 25
 SEARCH_PER_PAGE = 20
 ACTIVITY_DAYS = 30
+OWNER_CHOICES = 200
+MAX_PAGE = 10_000  # deeper page numbers are clamped (and would overflow SQLite's integers)
+OLDEST_DAY = date(1970, 1, 1)  # date filters outside these are ignored
+NEWEST_DAY = date(9000, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -48,11 +57,17 @@ class Viewer:
         """Whose single objects (a session, a checkpoint) the viewer may open by link."""
         return None if self.user.is_superuser else self.user
 
-    @property
+    @cached_property
     def choices(self) -> list[str]:
+        """The user names a superuser's owner menu offers (empty for anyone else)."""
         if not self.user.is_superuser:
             return []
-        return list(User.objects.order_by("username").values_list("username", flat=True)[:200])
+        names = list(
+            User.objects.order_by("username").values_list("username", flat=True)[:OWNER_CHOICES]
+        )
+        if self.param and self.param != "all" and self.param not in names:
+            names.append(self.param)
+        return names
 
 
 def viewer_for(request: HttpRequest) -> Viewer:
@@ -72,10 +87,24 @@ def viewer_for(request: HttpRequest) -> Viewer:
 
 
 def _day(value: str) -> date | None:
+    """A filter's ISO date, or None when it is absent, malformed or out of range."""
     try:
-        return date.fromisoformat(value) if value else None
+        day = date.fromisoformat(value) if value else None
     except ValueError:
         return None
+    return day if day is not None and OLDEST_DAY <= day <= NEWEST_DAY else None
+
+
+def _page_number(request: HttpRequest) -> int:
+    try:
+        return min(max(1, int(request.GET.get("page", "1"))), MAX_PAGE)
+    except ValueError:
+        return 1
+
+
+def _kept_params(request: HttpRequest) -> list[tuple[str, str]]:
+    """The query's parameters but the owner and the page: what the owner menu carries."""
+    return [(key, str(value)) for key, value in request.GET.items() if key not in ("owner", "page")]
 
 
 def _session_filters(request: HttpRequest) -> selectors.SessionFilters:
@@ -96,7 +125,7 @@ def _sessions_context(request: HttpRequest) -> dict[str, Any]:
     sessions = selectors.sessions_page_queryset(
         owner=viewer.owner, filters=filters, zone=timezone.get_current_timezone()
     )
-    page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(_page_number(request))
     kept = {
         key: value
         for key, value in request.GET.items()
@@ -109,6 +138,8 @@ def _sessions_context(request: HttpRequest) -> dict[str, Any]:
         "sessions": page.object_list,
         "query": urlencode(kept),
         "has_live": any(session.ended_at is None for session in page.object_list),
+        # Page 1 polls whatever it shows, so a session that starts meanwhile appears too.
+        "poll": page.number == 1 or any(session.ended_at is None for session in page.object_list),
         "filtered": bool(kept.keys() - {"owner"}),
     }
 
@@ -121,6 +152,9 @@ def sessions(request: HttpRequest) -> HttpResponse:
     context.update(
         projects=selectors.project_choices(owner=context["viewer"].owner),
         harnesses=Harness.choices,
+        owner_menu=_kept_params(request),
+        install_command=install_command(request),
+        token_env=DEFAULT_TOKEN_ENV,
     )
     return render(request, "dashboard/sessions.html", context)
 
@@ -137,9 +171,7 @@ def session_rows(request: HttpRequest) -> HttpResponse:
 def session_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A session: lineage, checkpoint timeline with diffs, injections, recovery context now."""
     viewer = viewer_for(request)
-    session = selectors.session_for_page(
-        owner=None if viewer.user.is_superuser else viewer.user, pk=pk
-    )
+    session = selectors.session_for_page(owner=viewer.reach, pk=pk)
     if session is None:
         raise Http404("No such session.")
     found = selectors.session_timeline(session=session, limit=TIMELINE_LIMIT)
@@ -149,6 +181,9 @@ def session_detail(request: HttpRequest, pk: int) -> HttpResponse:
         for i, checkpoint in enumerate(shown)
     ]
     timeline.reverse()  # newest first on the page
+    injections, injection_total = selectors.session_injections(
+        session=session, limit=INJECTIONS_SHOWN
+    )
     config = config_get()
     now = timezone.now()
     prepared = recovery_prepare(owner=session.owner, session=session, config=config, now=now)
@@ -162,7 +197,8 @@ def session_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "timeline": timeline,
             "checkpoint_total": found.total,
             "timeline_cut": found.total > len(shown),
-            "injections": selectors.session_injections(session=session),
+            "injections": injections,
+            "injection_total": injection_total,
             "recovery": prepared[1] if prepared else None,
             "recovery_match": prepared[0] if prepared else None,
         },
@@ -174,14 +210,11 @@ def session_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def session_delete(request: HttpRequest, pk: int) -> HttpResponse:
     """Confirm, then delete a whole session with its checkpoints and injections."""
     viewer = viewer_for(request)
-    session = selectors.session_for_page(
-        owner=None if viewer.user.is_superuser else viewer.user, pk=pk
-    )
+    session = selectors.session_for_page(owner=viewer.reach, pk=pk)
     if session is None:
         raise Http404("No such session.")
     if request.method == "POST":
-        with transaction.atomic():
-            session.delete()
+        store.session_delete(session=session)
         return HttpResponseRedirect(reverse("dashboard"))
     return render(
         request,
@@ -204,8 +237,9 @@ def checkpoint_delete(request: HttpRequest, pk: str) -> HttpResponse:
         raise Http404("No such checkpoint.")
     back = reverse("session_detail", args=[checkpoint.session_id])
     if request.method == "POST":
-        with transaction.atomic():
-            checkpoint.delete()
+        store.checkpoints_delete(
+            owner=checkpoint.owner, session_key=checkpoint.session_key, checkpoint_id=str(pk)
+        )
         return HttpResponseRedirect(back)
     return render(
         request,
@@ -221,13 +255,21 @@ def checkpoint_delete(request: HttpRequest, pk: str) -> HttpResponse:
 
 @require_safe
 @login_required
+def checkpoint_digest(request: HttpRequest, pk: str) -> HttpResponse:
+    """One checkpoint's digest as HTML: fetched when its section is opened, so a long
+    timeline does not render every digest up front."""
+    checkpoint = selectors.checkpoint_for_page(owner=viewer_for(request).reach, pk=str(pk))
+    if checkpoint is None:
+        raise Http404("No such checkpoint.")
+    return HttpResponse(render_markdown(checkpoint.digest) or "<p>(no digest)</p>")
+
+
+@require_safe
+@login_required
 def projects(request: HttpRequest) -> HttpResponse:
     """One row per normalised project with its current recovery context."""
     viewer = viewer_for(request)
-    try:
-        page = max(1, int(request.GET.get("page", "1")))
-    except ValueError:
-        page = 1
+    page = _page_number(request)
     rows, more = selectors.projects_page(
         owner=viewer.owner, offset=(page - 1) * PROJECTS_PER_PAGE, limit=PROJECTS_PER_PAGE
     )
@@ -249,6 +291,7 @@ def projects(request: HttpRequest) -> HttpResponse:
             "page": page,
             "more": more,
             "window_minutes": config.recovery_window_minutes,
+            "owner_menu": _kept_params(request),
         },
     )
 
@@ -259,10 +302,7 @@ def search(request: HttpRequest) -> HttpResponse:
     """Full text over digests and structured fields, newest matches first."""
     viewer = viewer_for(request)
     query = request.GET.get("q", "").strip()[:200]
-    try:
-        page = max(1, int(request.GET.get("page", "1")))
-    except ValueError:
-        page = 1
+    page = _page_number(request)
     hits = (
         checkpoint_search(
             owner=viewer.owner,
@@ -283,6 +323,7 @@ def search(request: HttpRequest) -> HttpResponse:
             "more": len(hits) > SEARCH_PER_PAGE,
             "page": page,
             "query": urlencode({"q": query, **({"owner": viewer.param} if viewer.param else {})}),
+            "owner_menu": _kept_params(request),
         },
     )
 
@@ -326,7 +367,13 @@ def activity(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/activity.html",
-        {"viewer": viewer, "charts": charts, "totals": totals, "days": ACTIVITY_DAYS},
+        {
+            "viewer": viewer,
+            "charts": charts,
+            "totals": totals,
+            "days": ACTIVITY_DAYS,
+            "owner_menu": _kept_params(request),
+        },
     )
 
 

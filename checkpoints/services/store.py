@@ -189,6 +189,13 @@ def checkpoints_delete(*, owner: User, session_key: str, checkpoint_id: str | No
     return deleted
 
 
+def session_delete(*, session: Session) -> None:
+    """Delete a session with its checkpoints and injections; sessions continuing it keep
+    going, without the link back."""
+    with transaction.atomic():
+        session.delete()
+
+
 # Every reference to a checkpoint, and what its deletion does to it. ``checkpoints_delete_ids``
 # applies these by hand (Django's collector would load each row first); a test holds this
 # list against the models, so a new reference cannot be missed.

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from django import template
-from django.utils.safestring import SafeString
 
-from checkpoints.markdown import render_markdown
 from checkpoints.models import Scope
 
 register = template.Library()
 
 SCOPE_WORDS = dict(Scope.choices)
-
-
-@register.filter
-def markdown(text: str) -> SafeString:
-    """A digest as HTML, its raw HTML escaped."""
-    return render_markdown(text)
 
 
 @register.filter
