@@ -528,12 +528,12 @@ def test_list_and_detail_query_counts_do_not_grow_with_rows(owner):
     }
     assert counts_small == counts_large
     # Pinned. Every page: the login session, the user. Then
-    #   list: the count, the page of sessions (counts as subqueries), the project menu;
+    #   list: the count, the page of sessions, their checkpoint counts, the project menu;
     #   detail: the session, its timeline, its injections, the cached config, the recovery
     #           look-up, the lineage;
     #   projects: the page of projects, their latest checkpoints, the cached config;
     #   activity: checkpoints per hour and trigger, injections per hour.
-    assert counts_large == {"list": 5, "detail": 8, "projects": 5, "activity": 4}
+    assert counts_large == {"list": 6, "detail": 8, "projects": 5, "activity": 4}
 
 
 def test_a_long_timeline_shows_the_newest_and_diffs_the_oldest_shown(owner, monkeypatch):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
@@ -12,17 +13,13 @@ from django.db.models import (
     CharField,
     Count,
     Func,
-    IntegerField,
     Max,
     Model,
-    OuterRef,
     Q,
     QuerySet,
     Subquery,
     Sum,
-    Value,
 )
-from django.db.models.functions import Coalesce
 
 from checkpoints.models import Checkpoint, Injection, Session, Trigger
 
@@ -61,26 +58,10 @@ class SessionFilters:
     until: date | None = None  # last activity on or before this day
 
 
-def _count_of(model: type[Checkpoint] | type[Injection]) -> Subquery:
-    """A correlated count per session: evaluated only for the rows a page shows."""
-    return Subquery(
-        model.objects.filter(session=OuterRef("pk"))
-        .order_by()
-        .values("session")
-        .annotate(total=Count("*"))
-        .values("total"),
-        output_field=IntegerField(),
-    )
-
-
 def sessions_page_queryset(
     *, owner: User | None, filters: SessionFilters, zone: tzinfo
 ) -> QuerySet[Session]:
-    """Sessions matching ``filters``, most recently active first, with checkpoint counts.
-
-    Counts are correlated subqueries rather than a join and GROUP BY, so a page of 50 costs
-    50 index look-ups however many checkpoints the owner has.
-    """
+    """Sessions matching ``filters``, most recently active first (counts: ``sessions_count``)."""
     sessions = (
         _owned(Session.objects.all(), owner).select_related("owner").only(*SESSION_ROW_FIELDS)
     )
@@ -98,9 +79,22 @@ def sessions_page_queryset(
     if filters.until:
         end = datetime.combine(filters.until + timedelta(days=1), datetime.min.time(), tzinfo=zone)
         sessions = sessions.filter(last_activity_at__lt=end)
-    return sessions.annotate(checkpoint_total=Coalesce(_count_of(Checkpoint), Value(0))).order_by(
-        "-last_activity_at", "-id"
+    return sessions.order_by("-last_activity_at", "-id")
+
+
+def sessions_count_checkpoints(*, sessions: Sequence[Session]) -> None:
+    """Set ``checkpoint_total`` on each of a page's sessions, in one grouped query over just
+    those sessions (a subquery in the page's own query would also run for every row an
+    OFFSET skips, on PostgreSQL)."""
+    totals = dict(
+        Checkpoint.objects.filter(session__in=[session.pk for session in sessions])
+        .order_by()
+        .values("session")
+        .annotate(total=Count("*"))
+        .values_list("session", "total")
     )
+    for session in sessions:
+        session.checkpoint_total = totals.get(session.pk, 0)  # type: ignore[attr-defined]
 
 
 def project_choices(*, owner: User | None, limit: int = 200) -> list[str]:
@@ -253,20 +247,24 @@ class DailyActivity:
 
 
 class UtcHour(Func):
-    """The UTC hour a timestamp falls in, as text ``YYYY-MM-DD HH``, computed natively
-    (Django's TruncHour runs a Python function per row on SQLite)."""
+    """The UTC hour a timestamp falls in, computed natively: text ``YYYY-MM-DD HH`` on
+    SQLite (Django's TruncHour runs a Python function per row there), ``date_trunc``
+    elsewhere (a timestamp)."""
 
     output_field = CharField()
-
-    template = "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')"
+    template = "date_trunc('hour', %(expressions)s)"
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         return self.as_sql(compiler, connection, template="substr(%(expressions)s, 1, 13)")
 
 
-def _local_day(hour: str, zone: tzinfo) -> date:
-    moment = datetime.strptime(hour, "%Y-%m-%d %H").replace(tzinfo=UTC)
-    return moment.astimezone(zone).date()
+def _local_day(hour: str | datetime, zone: tzinfo) -> date:
+    """The viewer's day an hour from ``UtcHour`` starts in."""
+    if isinstance(hour, str):
+        hour = datetime.strptime(hour, "%Y-%m-%d %H").replace(tzinfo=UTC)
+    elif hour.tzinfo is None:
+        hour = hour.replace(tzinfo=UTC)
+    return hour.astimezone(zone).date()
 
 
 def activity_by_day(*, owner: User | None, days: int, today: date, zone: tzinfo) -> DailyActivity:

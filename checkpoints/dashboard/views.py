@@ -126,6 +126,8 @@ def _sessions_context(request: HttpRequest) -> dict[str, Any]:
         owner=viewer.owner, filters=filters, zone=timezone.get_current_timezone()
     )
     page = Paginator(sessions, SESSIONS_PER_PAGE).get_page(_page_number(request))
+    rows = list(page.object_list)
+    selectors.sessions_count_checkpoints(sessions=rows)
     kept = {
         key: value
         for key, value in request.GET.items()
@@ -135,11 +137,11 @@ def _sessions_context(request: HttpRequest) -> dict[str, Any]:
         "viewer": viewer,
         "filters": filters,
         "page": page,
-        "sessions": page.object_list,
+        "sessions": rows,
         "query": urlencode(kept),
-        "has_live": any(session.ended_at is None for session in page.object_list),
+        "has_live": any(session.ended_at is None for session in rows),
         # Page 1 polls whatever it shows, so a session that starts meanwhile appears too.
-        "poll": page.number == 1 or any(session.ended_at is None for session in page.object_list),
+        "poll": page.number == 1 or any(session.ended_at is None for session in rows),
         "filtered": bool(kept.keys() - {"owner"}),
     }
 
