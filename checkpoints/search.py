@@ -270,7 +270,7 @@ def _search_scan(
     rows = Checkpoint.objects.filter(matches)
     if owner_id is not None:
         rows = rows.filter(owner_id=owner_id)
-    found = rows.order_by("-created_at", "-id")[offset : offset + limit]
+    found = rows.order_by("-id")[offset : offset + limit]
     wanted = [term.text for group in groups for term in group if not term.negated]
     return [
         _hit(row, _marked(_scan_snippet(f"{row.digest}\n{row.current_task}", wanted)))
@@ -364,6 +364,9 @@ _CREATE = {
         f"""INSERT INTO checkpoint_search (rowid, owner_id, checkpoint_id, digest, task, lists)
             SELECT rowid, owner_id, id, digest, current_task, {_SQLITE_LISTS.format(row="c")}
             FROM checkpoints_checkpoint AS c""",  # noqa: S608
+        # One segment out of the fill: else the next writes merge into it, a little each
+        # (measured after filling 50,000 rows: 1.2 ms a write on average, up to 140 ms).
+        "INSERT INTO checkpoint_search (checkpoint_search) VALUES ('optimize')",
         f"""CREATE TRIGGER checkpoint_search_insert AFTER INSERT ON checkpoints_checkpoint
             BEGIN {_SQLITE_INSERT}; END""",
         # Only the searched columns: the prune's "parent = NULL" updates must not re-index.
