@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 WIDTH = 720
 HEIGHT = 160
-AXIS = 20  # room under the bars for the first and last dates
+AXIS = 4  # room under the bars
 PALETTE = ("#2f5bd3", "#d3742f", "#2f9d5b", "#9d2f8f", "#8a8f2f")
 
 
@@ -61,14 +61,11 @@ def bar_chart(*, title: str, days: Sequence[date], series: Sequence[Series]) -> 
         for i, day in enumerate(days)
         if totals[i]
     )
+    # Dates go under the picture in HTML: the SVG stretches to the page's width, text too.
     axis = (
         format_html(
-            '<text x="0" y="{}" class="axis">{}</text>'
-            '<text x="{}" y="{}" class="axis" text-anchor="end">{}</text>',
-            HEIGHT - 4,
+            '<div class="axis"><span>{}</span><span>{}</span></div>',
             days[0].isoformat(),
-            WIDTH,
-            HEIGHT - 4,
             days[-1].isoformat(),
         )
         if days
@@ -83,7 +80,7 @@ def bar_chart(*, title: str, days: Sequence[date], series: Sequence[Series]) -> 
         '<figure class="chart"><figcaption>{} <span class="legend">{}</span></figcaption>'
         '<svg viewBox="0 0 {} {}" role="img" aria-labelledby="{}-t {}-d" '
         'preserveAspectRatio="none"><title id="{}-t">{}</title><desc id="{}-d">{}</desc>'
-        '<line x1="0" x2="{}" y1="{}" y2="{}" class="baseline"/>{}{}</svg></figure>',
+        '<line x1="0" x2="{}" y1="{}" y2="{}" class="baseline"/>{}</svg>{}</figure>',
         title,
         legend,
         WIDTH,
