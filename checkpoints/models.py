@@ -92,6 +92,11 @@ class Session(models.Model):
     checkpoint_pending_since = models.DateTimeField(null=True, blank=True)
 
     compaction_count = models.PositiveIntegerField(default=0)
+    # The current compaction cycle: PreCompact, SessionStart(compact) and PostCompact of one
+    # compaction, in whatever order they come (see ``engine._compaction_mark``).
+    compaction_started_at = models.DateTimeField(null=True, blank=True)
+    compaction_events = models.PositiveSmallIntegerField(default=0)
+    compaction_recovered = models.BooleanField(default=False)
     compact_summary = models.TextField(blank=True)
     last_assistant_message = models.TextField(blank=True)
     # Set when the agent lost its context (compaction) or its first prompt came without a

@@ -15,8 +15,9 @@ harness expects on stdout, e.g. ``{"hookSpecificOutput": {...}}``) or nothing at
 
 Fail-open: whatever happens (server down, bad input, missing token, a bug here), the exit
 code is 0, stdout holds a JSON object or nothing, and stderr at most one short line.
-Events that could not be delivered go to an outbox (one JSON line each) and are replayed,
-with their original idempotency key, after the next successful delivery.
+Events that could not be delivered go to an outbox (one JSON line each, with the time they
+were queued) and are replayed, oldest first with their original idempotency key, by the next
+run, before its own event.
 
 Standard library only and Python 3.9+: it runs with whatever interpreter the machine has
 (the installer names a real one by its absolute path, with ``-S``: no site-packages needed).
@@ -63,6 +64,8 @@ MIN_REQUEST_SECONDS = 0.2
 # The watchdog fires this long after the deadline: a last resort for what socket timeouts
 # do not bound, never the normal way out.
 WATCHDOG_GRACE_SECONDS = 1.0
+# Replaying the outbox (before the live event) may use this share of the time left.
+REPLAY_SHARE = 0.5
 # Outbox appends wait at most this long for another hook's brief rewrite to finish.
 APPEND_LOCK_WAIT_SECONDS = 1.0
 GIT_MAX_LEVELS = 64
@@ -1028,12 +1031,19 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     if guard is not None:
         guard.on_expiry = queue
     body = _dumps(payload).encode("ascii")
+    # Queued events first, oldest first, so that the server sees the session in the order
+    # it happened; they get at most half the time left, the live event keeps the rest.
+    outbox_replay(
+        options.outbox,
+        url=options.endpoint,
+        token=token,
+        deadline=Deadline(deadline.remaining() * REPLAY_SHARE),
+    )
     result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
     if guard is not None:
         guard.on_expiry = None
     if result.delivered:
         emit_reply(result.body, stdout)
-        outbox_replay(options.outbox, url=options.endpoint, token=token, deadline=deadline)
         return ""
     if not result.retryable:
         return f"the server refused the event ({result.describe()}); not queued"

@@ -329,7 +329,13 @@ def test_an_overloaded_or_failing_server_gets_the_event_queued(env, outbox, stat
 
 
 def test_queued_events_are_replayed_once_with_their_original_keys(env, outbox):
-    with recording_server((503, b""), (503, b""), (200, REPLY)) as (url, received):
+    # The first run's prompt is queued; the second replays it (refused again) and queues
+    # its own; the third replays both, then sends its own.
+    busy = (503, b"")
+    with recording_server(busy, busy, busy, (200, b""), (200, b""), (200, REPLY)) as (
+        url,
+        received,
+    ):
         run_hook(env, PROMPT, "--url", url)
         run_hook(env, PROMPT, "--url", url)
         queued = [entry["key"] for entry in outbox_entries(outbox)]
@@ -343,13 +349,15 @@ def test_queued_events_are_replayed_once_with_their_original_keys(env, outbox):
     assert proc.stdout == REPLY  # only the live event's reply; replays print nothing
     assert again.stdout == b""
     keys = [request.headers["Idempotency-Key"] for request in received]
-    assert keys[:2] == queued
-    live = keys[2]
-    assert keys[3:5] == queued  # replayed in order, after the live event
-    assert len(keys) == 6  # the fourth run replays nothing
+    assert keys[:3] == [queued[0], queued[0], queued[1]]
+    assert keys[3:5] == queued  # replayed in their order, before the live event
+    live = keys[5]
+    assert received[5].body["hook_event_name"] == "SessionStart"
+    assert len(keys) == 7  # the fourth run replays nothing
     assert live not in queued
     assert received[3].body["signet"]["queued_at"]
     assert received[3].body["prompt"] == json.loads(PROMPT)["prompt"]
+    assert "queued_at" not in received[5].body["signet"]
 
 
 def write_outbox(outbox: Path, *entries: dict[str, Any]) -> None:
@@ -387,11 +395,12 @@ def test_replay_drops_delivered_and_refused_and_keeps_the_rest(env, outbox):
         proc = run_hook(env, PROMPT, "--url", url)
 
     assert proc.returncode == 0
-    sent = [request.headers["Idempotency-Key"] for request in received[1:]]
-    # k3 got a 500: kept, and the next is tried; k4 got a 503: the server is struggling,
-    # so k5 waits for the next time.
-    assert sent == ["k1", "k2", "k3", "k4"]
-    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k-other", "k3", "k4", "k5"]
+    sent = [request.headers["Idempotency-Key"] for request in received[:-1]]
+    # Replays go before the live event. k3 was refused (400): dropped. k4 got a 500: kept,
+    # and the next is tried; k5 got a 503: the server is struggling, so the replay stops.
+    assert sent == ["k1", "k2", "k3", "k4", "k5"]
+    assert received[-1].body["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
+    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k-other", "k4", "k5"]
 
 
 def test_replay_is_skipped_while_another_hook_holds_the_replay_lock(env, outbox):

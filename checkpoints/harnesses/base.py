@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 
@@ -53,6 +54,8 @@ class Event:
     compact_summary: str = ""
     last_assistant_message: str = ""
     previous_session_key: str = ""
+    # When a client's outbox held the event: set only on a replay, which may come hours late.
+    queued_at: datetime | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -7,6 +7,7 @@ success, and no reply ever carries a blocking decision.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from checkpoints.harnesses.base import Event, EventKind, Outcome, PayloadError, clean_text
@@ -45,6 +46,18 @@ def _tool_files(tool_name: str, tool_input: Any) -> tuple[str, ...]:
     return (clean_text(path),) if isinstance(path, str) and path else ()
 
 
+def _queued_at(client: dict[str, Any]) -> datetime | None:
+    """``signet.queued_at``: when the client's outbox took the event (ISO 8601), if it did."""
+    raw = _text(client, "queued_at")
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise PayloadError("'signet.queued_at' must be an ISO 8601 time.") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
 class ClaudeCodeAdapter:
     harness = "claude-code"
 
@@ -73,6 +86,7 @@ class ClaudeCodeAdapter:
             "git_branch": _text(client, "git_branch"),
             "git_head": _text(client, "git_head"),
             "previous_session_key": _text(client, "previous_session_key"),
+            "queued_at": _queued_at(client),
         }
         if kind is EventKind.SESSION_START:
             return Event(**common, source=_text(payload, "source"))

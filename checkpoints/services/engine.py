@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -73,6 +73,11 @@ PROMPT_FIELDS = (
     "end_reason",
 )
 REMEMBER_PREFIXES = ("/remember", "#")
+# One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
+PRE_COMPACT_SEEN = 1
+COMPACT_START_SEEN = 2
+POST_COMPACT_SEEN = 4
+COMPACTION_CYCLE_WINDOW = timedelta(minutes=10)
 _WORD = re.compile(r"[\w./:-]{3,64}")
 _STOPWORD_TEXT = (
     "the and for with that this from into have has was were are you your can could would "
@@ -96,6 +101,9 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     """Apply ``event`` for ``owner``; return what to inject (already budgeted and redacted).
 
     A repeated ``idempotency_key`` (a client's replay) changes nothing and injects nothing.
+    An event the client's outbox held (``event.queued_at``) is applied as of when it
+    happened: it counts and records its facts, but never injects, never reopens an ended
+    session, never moves the last activity back, and leaves the compaction cycle alone.
     """
     config = config_get()
     if not config.enabled:
@@ -104,6 +112,9 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     event = _event_prepare(event)
     content = _facts_content(_transcript_facts(event))
     now = timezone.now()
+    replayed = event.queued_at is not None
+    if event.queued_at is not None:
+        now = min(now, event.queued_at)
     with write_serialized(), transaction.atomic():
         if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
             return Outcome(duplicate=True)
@@ -118,20 +129,22 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         if (
             session.end_reason == Session.END_REASON_IDLE
             and event.kind is not EventKind.SESSION_END
+            and not replayed
         ):
             # The server ended it for silence, not the harness: the agent is back.
             session.ended_at = None
             session.end_reason = ""
         # Read the clock again once the row is ours: a mark another worker made while we
         # waited for the lock must not look like it lies in our future.
-        now = max(now, timezone.now())
+        if not replayed:
+            now = max(now, timezone.now())
         step = HANDLERS[event.kind](session, event, config, now, content)
-        session.last_activity_at = now
+        session.last_activity_at = max(now, session.last_activity_at) if replayed else now
         session.save()
         if step.newly_pending:
             session_id = session.pk
             transaction.on_commit(lambda: pending_enqueue(session_id=session_id))
-    return Outcome(context=step.context)
+    return Outcome(context="" if replayed else step.context)
 
 
 def transcript_readable(path: str) -> bool:
@@ -268,6 +281,31 @@ def _recovery_context(
     return context.text
 
 
+def _compaction_mark(session: Session, seen: int, now: datetime) -> None:
+    """Count one of a compaction's events (``PRE_COMPACT_SEEN`` …) into its cycle.
+
+    Claude Code sends PreCompact, then SessionStart(compact) and PostCompact in an order we
+    do not control, and any may be lost. An event joins the open cycle unless the cycle has
+    already seen one like it or began more than ``COMPACTION_CYCLE_WINDOW`` ago; otherwise
+    it opens the next cycle (one more compaction). While the cycle's recovery has not been
+    injected, the next event that can inject owes it (``recovery_due``): so exactly one
+    injection per cycle, at SessionStart(compact) or else at the first prompt.
+    """
+    started = session.compaction_started_at
+    same_cycle = (
+        started is not None
+        and not session.compaction_events & seen
+        and timedelta(0) <= now - started <= COMPACTION_CYCLE_WINDOW
+    )
+    if not same_cycle:
+        session.compaction_started_at = now
+        session.compaction_events = 0
+        session.compaction_recovered = False
+        session.compaction_count += 1
+    session.compaction_events |= seen
+    session.recovery_due = not session.compaction_recovered
+
+
 # Handlers run inside the event's transaction with the session row locked. Every text in
 # ``event`` and ``content`` is already redacted and cut to size (``_event_prepare``).
 
@@ -276,8 +314,10 @@ def _on_session_start(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> _Step:
     pending_flush_now(session=session, config=config, now=now)
-    session.ended_at = None
-    session.end_reason = ""
+    replayed = event.queued_at is not None
+    if not replayed:  # a late SessionStart must not undo the SessionEnd that followed it
+        session.ended_at = None
+        session.end_reason = ""
     if event.model:
         session.model = event.model[:128]
     if event.transcript_path:
@@ -285,14 +325,23 @@ def _on_session_start(
     if event.git_branch:
         session.git_branch = event.git_branch[:255]
         session.git_head = event.git_head[:64]
+    if replayed:  # the agent never saw that SessionStart's answer: nothing to inject now
+        return _Step()
+    compact = event.source == "compact"
+    if compact:
+        _compaction_mark(session, COMPACT_START_SEEN, now)
+        if session.compaction_recovered:  # this compaction's recovery was already injected
+            session.recovery_due = False
+            return _Step()
     session.recovery_due = False
     if event.source == "clear":  # the user asked for a clean slate
         return _Step()
-    return _Step(
-        context=_recovery_context(
-            session, config, now, event.source or "startup", event.previous_session_key
-        )
+    context = _recovery_context(
+        session, config, now, event.source or "startup", event.previous_session_key
     )
+    if compact and context:
+        session.compaction_recovered = True
+    return _Step(context=context)
 
 
 def _on_prompt(
@@ -312,9 +361,12 @@ def _on_prompt(
         if terms:
             session.recent_queries = _push(session.recent_queries, terms, MAX_QUERIES)
     step = _Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
-    if session.recovery_due:  # the SessionStart after compaction delivered nothing
+    # Owed when a compaction's SessionStart injected nothing, or no SessionStart came at all.
+    if session.recovery_due and event.queued_at is None:
         session.recovery_due = False
         step.context = _recovery_context(session, config, now, "prompt")
+        if step.context:
+            session.compaction_recovered = True
     return step
 
 
@@ -366,8 +418,8 @@ def _on_pre_compact(
     checkpoint_write(
         session=session, trigger=Trigger.PRE_COMPACTION, config=config, now=now, content=content
     )
-    session.compaction_count += 1
-    session.recovery_due = True
+    if event.queued_at is None:
+        _compaction_mark(session, PRE_COMPACT_SEEN, now)
     return _Step()
 
 
@@ -377,7 +429,8 @@ def _on_post_compact(
     pending_flush_if_due(session=session, config=config, now=now)
     if event.compact_summary:
         session.compact_summary = event.compact_summary
-    session.recovery_due = True
+    if event.queued_at is None:
+        _compaction_mark(session, POST_COMPACT_SEEN, now)
     return _Step()
 
 
