@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.db.models import (
     CharField,
     Count,
+    F,
     Func,
     Max,
     Model,
@@ -224,7 +225,12 @@ def projects_page(*, owner: User | None, offset: int, limit: int) -> tuple[list[
                     .values("pk")[:1]
                 )
             )
-        latest = {c.project_normalized: c for c in Checkpoint.objects.filter(newest_of)}
+        latest = {
+            c.project_normalized: c
+            for c in Checkpoint.objects.filter(newest_of).annotate(
+                session_summary=F("session__compact_summary")
+            )
+        }
     return [
         ProjectRow(
             project=row["project_normalized"],

@@ -279,7 +279,12 @@ def projects(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     contexts = {
         row.project: recovery_render(
-            checkpoint=row.latest, match="project", config=config, now=now
+            checkpoint=row.latest,
+            match="project",
+            config=config,
+            now=now,
+            # What a new session in the project gets: the compaction summary travels too.
+            compact_summary=getattr(row.latest, "session_summary", ""),
         ).text
         for row in rows
         if row.latest is not None and now - row.latest.created_at <= config.recovery_window

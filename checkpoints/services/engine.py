@@ -359,7 +359,9 @@ def _on_prompt(
             session.recent_remembers = _push(session.recent_remembers, remembered, MAX_REMEMBERS)
         terms = query_terms(text)
         if terms:
-            session.recent_queries = _push(session.recent_queries, terms, MAX_QUERIES)
+            # A repeated set of terms moves to the end instead of pushing others out.
+            queries = [query for query in session.recent_queries if query != terms]
+            session.recent_queries = _push(queries, terms, MAX_QUERIES)
     step = _Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
     # Owed when a compaction's SessionStart injected nothing, or no SessionStart came at all.
     if session.recovery_due and event.queued_at is None:

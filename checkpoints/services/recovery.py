@@ -4,11 +4,13 @@ the ``## Session Recovery Context`` within its budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import quote
 
 from django.contrib.auth.models import User
+from django.db.models import F
 
 from checkpoints.models import (
     HARNESS_CONTEXT_CAP_CHARS,
@@ -20,14 +22,23 @@ from checkpoints.models import (
 from checkpoints.services.redaction import redact
 
 HEADER = "## Session Recovery Context"
+TASK = "Task"  # the section that always comes first
 MIN_TASK_CHARS = 60
 KEY_SHOWN_CHARS = 40  # session keys can be 255 characters; the header must stay short
+ITEM_CHARS = 400
+PROMPT_CHARS = 300
+QUOTE_CHARS = 300
+MAX_QUOTED_LINES = 40  # never more candidate lines of a message or summary than this
+_SUMMARY = "compact_summary_of_session"  # the annotation recovery_find adds
 
 
 @dataclass(frozen=True)
 class RecoveryMatch:
     checkpoint: Checkpoint
     match: str  # "session", "lineage" or "project"
+    # The harness's compaction summary of the checkpoint's session, for another session
+    # recovering from it (a "session" match's agent already has it in its conversation).
+    compact_summary: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,21 +58,26 @@ def recovery_find(
     """The checkpoint to recover from, in order: this session's own latest (no time window:
     this is what survives ``/compact``), the explicit predecessor's latest, then the latest of
     the same project within the recovery window. None when there is nothing to recover.
+
+    For another session's checkpoint, its session's compaction summary comes in the same
+    query (a join on the session's primary key), so recovery costs no extra query.
     """
     own = Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key).first()
     if own is not None:
         return RecoveryMatch(own, "session")
+    with_summary = Checkpoint.objects.filter(owner_id=owner.pk).annotate(
+        **{_SUMMARY: F("session__compact_summary")}
+    )
     previous_key = previous_session_key or (
         session.previous_session.session_key if session.previous_session is not None else ""
     )
     if previous_key:
-        previous = Checkpoint.objects.filter(owner_id=owner.pk, session_key=previous_key).first()
+        previous = with_summary.filter(session_key=previous_key).first()
         if previous is not None:
-            return RecoveryMatch(previous, "lineage")
+            return RecoveryMatch(previous, "lineage", getattr(previous, _SUMMARY) or "")
     if session.project_normalized:
         recent = (
-            Checkpoint.objects.filter(
-                owner_id=owner.pk,
+            with_summary.filter(
                 project_normalized=session.project_normalized,
                 created_at__gte=now - config.recovery_window,
             )
@@ -69,7 +85,7 @@ def recovery_find(
             .first()
         )
         if recent is not None:
-            return RecoveryMatch(recent, "project")
+            return RecoveryMatch(recent, "project", getattr(recent, _SUMMARY) or "")
     return None
 
 
@@ -90,46 +106,276 @@ def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
 
 
-def _one_line(text: str, limit: int = 400) -> str:
-    return _shorten(" ".join(text.split()), limit)
-
-
 def _shorten(text: str, limit: int) -> str:
     """``text`` within ``limit`` chars, cut at a word boundary with an ellipsis if needed."""
     if len(text) <= limit:
         return text
-    cut = text[: limit - 1]
+    cut = text[: max(0, limit - 1)]
     if " " in cut[limit // 2 :]:
         cut = cut[: cut.rfind(" ")]
     return cut + "…"
 
 
-def _sections(checkpoint: Checkpoint) -> list[tuple[str, list[str]]]:
-    """Sections in priority order, each a list of lines (redacted, one item per line)."""
-    task = checkpoint.current_task or (
-        checkpoint.recent_prompts[-1] if checkpoint.recent_prompts else ""
-    )
-    blockers = [f"Blocker: {item}" for item in checkpoint.blockers]
-    questions = [f"Open: {item}" for item in checkpoint.open_questions]
-    return [
-        ("Task", [_one_line(task, 1000)] if task else []),
-        ("Next steps", [f"- {_one_line(s)}" for s in checkpoint.next_steps]),
-        ("Decisions", [f"- {_one_line(s)}" for s in checkpoint.decisions]),
-        ("Open questions and blockers", [f"- {_one_line(s)}" for s in blockers + questions]),
-        ("Modified files", [f"- {path}" for path in reversed(checkpoint.modified_files)]),
-        (
-            "Recent prompts",
-            [f"- {_one_line(p, 300)}" for p in reversed(checkpoint.recent_prompts) if p != task],
+def _clean(text: str, limit: int) -> str:
+    """One line of at most ``limit`` chars, redacted before it is cut (a cut secret may no
+    longer look like one)."""
+    return _shorten(" ".join(redact(text[: limit * 4 + 256]).split()), limit)
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(item for item in items if item))
+
+
+@dataclass(frozen=True)
+class _Section:
+    title: str
+    lines: list[str]  # the lines that could ever be shown, redacted, in order
+    quota: int  # lines it gets before any section gets more than its quota
+    total: int  # items in all, of which ``lines`` is the head
+
+    @property
+    def name(self) -> str:
+        return self.title.lower()
+
+
+def _listed(
+    title: str, items: Sequence[str], *, quota: int, chars: int, within: int, prefix: str = "- "
+) -> _Section:
+    """A section of one line per item, redacted; only the items that could fit ``within``
+    are rendered (the others count in ``total``)."""
+    lines: list[str] = []
+    used = 0
+    for item in items:
+        line = prefix + _clean(item, chars)
+        used += len(line) + 1
+        if used > within:
+            break
+        lines.append(line)
+    return _Section(title, lines, quota, len(items))
+
+
+def _quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
+    """A message's lines as a Markdown quote, so its own headings cannot break ours. Only
+    the head that could fit ``within`` is redacted and rendered, in whole lines."""
+    clip = within * 2 + 256
+    head = redact(text[:clip]).splitlines()
+    rest = 0
+    if len(text) > clip:
+        head = head[:-1]  # cut mid-line: it counts with the rest
+        rest = 1 + sum(1 for line in text[clip:].splitlines()[1:] if line.strip())
+    lines = [f"> {_clean(line, QUOTE_CHARS)}" for line in head if line.strip()]
+    return _Section(title, lines[:MAX_QUOTED_LINES], quota, len(lines) + rest)
+
+
+def _same(one: str, other: str) -> bool:
+    """Whether two texts say the same, one possibly cut shorter (a prompt keeps 500 chars,
+    the task 2000)."""
+    one, other = " ".join(one.split()), " ".join(other.split())
+    return bool(one and other) and (one.startswith(other) or other.startswith(one))
+
+
+def _is_note(prompt: str, notes: Sequence[str]) -> bool:
+    """Whether ``prompt`` only made a note (``# …``, ``/remember …``) shown among the notes."""
+    prompt = prompt.strip()
+    return any(prompt.endswith(note) and len(prompt) - len(note) <= 10 for note in notes)
+
+
+def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list[_Section]:
+    """The sections with content, in priority order (see the README's "The recovery context")."""
+    notes = _unique(reversed(checkpoint.recent_remembers))  # newest first
+    requests = [p for p in _unique(reversed(checkpoint.recent_prompts)) if not _is_note(p, notes)]
+    raw_task = checkpoint.current_task or next(iter(requests), "")
+    task = _clean(raw_task, 1000)
+    # The task is the in-progress todo, or the agent's own statement of it; what the user
+    # asked last comes right after it, unless it is the task itself.
+    latest = next(iter(requests), "")
+    if _same(latest, raw_task):
+        latest = ""
+    earlier = [p for p in requests[1:] if not _same(p, raw_task)]
+    concerns = [f"Blocker: {item}" for item in _unique(checkpoint.blockers)]
+    concerns += [f"Open: {item}" for item in _unique(checkpoint.open_questions)]
+    sections = [
+        _Section(TASK, [task] if task else [], 1, 1 if task else 0),
+        _listed(
+            "Latest request",
+            [latest] if latest else [],
+            quota=1,
+            chars=PROMPT_CHARS,
+            within=within,
+            prefix="",
         ),
+        _listed(
+            "Next steps", _unique(checkpoint.next_steps), quota=5, chars=ITEM_CHARS, within=within
+        ),
+        _listed(
+            "Decisions", _unique(checkpoint.decisions), quota=5, chars=ITEM_CHARS, within=within
+        ),
+        _listed("Open questions and blockers", concerns, quota=3, chars=ITEM_CHARS, within=within),
+        _listed(
+            "Modified files",
+            _unique(reversed(checkpoint.modified_files)),
+            quota=5,
+            chars=ITEM_CHARS,
+            within=within,
+        ),
+        _listed("Remembered notes", notes, quota=3, chars=PROMPT_CHARS, within=within),
+        _listed("Recent prompts", earlier, quota=2, chars=PROMPT_CHARS, within=within),
+        _quoted(
+            "Last assistant message", checkpoint.last_assistant_message, quota=3, within=within
+        ),
+        _quoted("Compaction summary", compact_summary, quota=4, within=within),
+    ]
+    return [section for section in sections if section.total]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What surrounds the sections: the head lines, and the wording of the omitted line."""
+
+    head: list[str]
+    footer: Callable[[list[str]], str]
+
+
+def _frames(
+    *, checkpoint: Checkpoint, match: str, now: datetime, current_branch: str
+) -> list[_Frame]:
+    """The frames from the fullest to the tersest: a small budget goes to the task, not to
+    saying where the context came from."""
+    trigger = checkpoint.get_trigger_display().lower()
+    where = {"session": "this session", "lineage": "the session this one continues"}.get(
+        match, "the latest session in this project"
+    )
+    key = redact(checkpoint.session_key)
+    age = _age(now - checkpoint.created_at)
+    count = checkpoint.prompt_count
+    full = [
+        HEADER,
+        f"Recovered from {_article(trigger)} {trigger} checkpoint of {where} "
+        f"(`{_shorten(key, KEY_SHOWN_CHARS)}`), taken {age} "
+        f"after {count} prompt{'' if count == 1 else 's'}.",
+    ]
+    short = [HEADER, f"From {_article(trigger)} {trigger} checkpoint of {where}, {age}."]
+    if current_branch and checkpoint.git_branch and current_branch != checkpoint.git_branch:
+        full.append(
+            f"Warning: that checkpoint was taken on branch `{checkpoint.git_branch}`; "
+            f"you are on `{current_branch}`. Check before relying on it."
+        )
+        short.append(
+            f"Warning: taken on branch `{_shorten(checkpoint.git_branch, 60)}`, "
+            f"you are on `{_shorten(current_branch, 60)}`."
+        )
+    full = [redact(line) for line in full]
+    short = [redact(line) for line in short]
+    path = quote(key[: KEY_SHOWN_CHARS * 2])
+
+    def listed(names: list[str]) -> str:
+        return (
+            f"_Omitted for space: {', '.join(names)}. Full checkpoint: "
+            f"GET /api/checkpoints/{path}/latest/_"
+        )
+
+    def named(names: list[str]) -> str:
+        return f"_Omitted for space: {', '.join(names)}._"
+
+    def counted(names: list[str]) -> str:
+        return f"_Omitted for space: {len(names)} section{'' if len(names) == 1 else 's'}._"
+
+    return [
+        _Frame(full, listed),
+        _Frame(short, named),
+        _Frame(short, counted),
+        _Frame([HEADER], counted),
     ]
 
 
-def _footer(checkpoint: Checkpoint, omitted: list[str]) -> str:
-    return (
-        f"_Omitted for space: {', '.join(omitted)}. Full checkpoint: "
-        f"GET /api/checkpoints/{quote(checkpoint.session_key[: KEY_SHOWN_CHARS * 2])}/latest/ "
-        "or MCP `session_recall`._"
-    )
+class _Fit:
+    """Which lines of each section a frame keeps within the budget, with exact lengths."""
+
+    def __init__(self, frame: _Frame, sections: list[_Section]) -> None:
+        self.frame = frame
+        self.sections = list(sections)
+        self.kept = [0] * len(sections)
+        self.sizes = [0] * len(sections)  # characters of the kept lines, newline each
+        self.task_shortened = False
+        self.task_room = 0  # characters the task could have had
+        self.head_chars = len("\n".join(frame.head))
+
+    def omitted(self) -> list[str]:
+        names = ["task (shortened)"] if self.task_shortened else []
+        for section, kept in zip(self.sections, self.kept, strict=True):
+            if kept < section.total:
+                names.append(
+                    section.name if not kept else f"{section.name} ({section.total - kept} more)"
+                )
+        return names
+
+    def footer_chars(self) -> int:
+        omitted = self.omitted()
+        return 2 + len(self.frame.footer(omitted)) if omitted else 0
+
+    def length(self) -> int:
+        """``len(self.text())``, without building it."""
+        body = sum(
+            2 + len(f"### {section.title}") + size
+            for section, kept, size in zip(self.sections, self.kept, self.sizes, strict=True)
+            if kept
+        )
+        return self.head_chars + body + self.footer_chars()
+
+    def add(self, index: int, limit: int) -> bool:
+        """Keep the next line of section ``index`` if the whole still fits in ``limit``."""
+        section, kept = self.sections[index], self.kept[index]
+        if kept >= len(section.lines):
+            return False
+        self.kept[index] += 1
+        self.sizes[index] += 1 + len(section.lines[kept])
+        if self.length() <= limit:
+            return True
+        self.kept[index] -= 1
+        self.sizes[index] -= 1 + len(section.lines[kept])
+        return False
+
+    def place_task(self, limit: int, cap: int) -> None:
+        """The task first, shortened to at most ``cap`` and to what is left with everything
+        else omitted."""
+        if not self.sections or self.sections[0].title != TASK:
+            return
+        task = self.sections[0]
+        line = task.lines[0]
+        self.sections[0] = _Section(task.title, [""], task.quota, task.total)
+        self.kept[0], self.sizes[0] = 1, 1
+        self.task_room = min(limit - self.length(), cap)
+        if len(line) > self.task_room:
+            self.task_shortened = True  # which lengthens the omitted line
+            self.task_room = min(limit - self.length(), cap)
+            line = _shorten(line, max(1, self.task_room))
+        self.sections[0] = _Section(task.title, [line], task.quota, task.total)
+        self.sizes[0] = 1 + len(line)
+
+    def fill(self, limit: int) -> None:
+        """Every section its quota in priority order, then the rest in the same order. A
+        section keeps a run of its first lines, and none appears while one above it is
+        missing: a short line of a lesser section never stands in for a whole section."""
+        for by_quota in (True, False):
+            for index, section in enumerate(self.sections):
+                upto = min(section.quota, len(section.lines)) if by_quota else len(section.lines)
+                while self.kept[index] < upto and self.add(index, limit):
+                    pass
+                if not self.kept[index]:
+                    break
+
+    def overhead(self) -> int:
+        return self.head_chars + self.footer_chars()
+
+    def text(self) -> str:
+        lines = list(self.frame.head)
+        for section, kept in zip(self.sections, self.kept, strict=True):
+            if kept:
+                lines += ["", f"### {section.title}", *section.lines[:kept]]
+        omitted = self.omitted()
+        if omitted:
+            lines += ["", self.frame.footer(omitted)]
+        return "\n".join(lines)
 
 
 def recovery_render(
@@ -140,12 +386,18 @@ def recovery_render(
     now: datetime,
     current_branch: str = "",
     budget: int | None = None,
+    compact_summary: str = "",
 ) -> RecoveryContext:
     """Render the recovery context for ``checkpoint`` in at most ``budget`` characters.
 
     The budget is the configured recovery budget, itself reserved inside the inject budget
-    and below the harness cap. Sections go in priority order and are cut at line boundaries;
-    the last line says what did not fit and where to get it.
+    and below the harness cap. The task comes first whatever the budget, shortened if need
+    be (to at most half the budget). Every section then gets its first few lines in
+    priority order, and the budget left goes to the rest in the same order; sections are cut
+    at line boundaries, none appears while one above it is missing, and the last line says
+    what did not fit (and, with room, where to get it). The frame (where the checkpoint came
+    from, the omitted line) gets terser as the budget shrinks: it may take at most a third
+    of it, unless everything fits anyway.
     """
     limit = min(
         budget if budget is not None else config.recovery_budget_chars,
@@ -153,57 +405,24 @@ def recovery_render(
         config.inject_budget_chars,
         HARNESS_CONTEXT_CAP_CHARS - 1,
     )
-    trigger = checkpoint.get_trigger_display().lower()
-    where = {"session": "this session", "lineage": "the session this one continues"}.get(
-        match, "the latest session in this project"
+    sections = _sections(checkpoint, compact_summary, limit)
+    task_cap = max(MIN_TASK_CHARS, limit // 2)
+    wanted_task = (
+        min(len(sections[0].lines[0]), task_cap) if sections and sections[0].title == TASK else 0
     )
-    head = [
-        HEADER,
-        f"Recovered from {_article(trigger)} {trigger} checkpoint of {where} "
-        f"(`{_shorten(checkpoint.session_key, KEY_SHOWN_CHARS)}`), "
-        f"taken {_age(now - checkpoint.created_at)} "
-        f"after {checkpoint.prompt_count} prompt{'' if checkpoint.prompt_count == 1 else 's'}.",
-    ]
-    if current_branch and checkpoint.git_branch and current_branch != checkpoint.git_branch:
-        head.append(
-            f"Warning: that checkpoint was taken on branch `{checkpoint.git_branch}`; "
-            f"you are on `{current_branch}`. Check before relying on it."
-        )
-    sections = _sections(checkpoint)
-    # Room for the omitted line as long as it can get (every section cut), reserved up front.
-    footer_room = 2 + len(
-        _footer(checkpoint, [f"{title.lower()} (999 more)" for title, _ in sections])
-    )
-    lines = [redact(line) for line in head]
-    used = sum(len(line) + 1 for line in lines)
-    omitted: list[str] = []
-    for title, body in sections:
-        if not body:
-            continue
-        body = [redact(line) for line in body]
-        title_line = f"### {title}"
-        room = limit - footer_room - used - len(title_line) - 2
-        if title == "Task" and body and len(body[0]) + 1 > room > MIN_TASK_CHARS:
-            # The task is the one thing worth shortening rather than dropping.
-            body = [_shorten(body[0], room - 1)]
-        kept: list[str] = []
-        for line in body:
-            if len(line) + 1 > room:
-                break
-            kept.append(line)
-            room -= len(line) + 1
-        if kept:
-            lines += ["", title_line, *kept]
-            used += len(title_line) + 2 + sum(len(line) + 1 for line in kept)
-        if len(kept) < len(body):
-            missing = len(body) - len(kept)
-            omitted.append(title.lower() if not kept else f"{title.lower()} ({missing} more)")
-    if omitted:
-        lines += ["", redact(_footer(checkpoint, omitted))]
-    text = "\n".join(lines)
-    if len(text) > limit:  # only a budget smaller than the header itself gets here
+    frames = _frames(checkpoint=checkpoint, match=match, now=now, current_branch=current_branch)
+    for frame in frames:
+        fit = _Fit(frame, sections)
+        fit.place_task(limit, task_cap)
+        fit.fill(limit)
+        if not fit.omitted():
+            break
+        if fit.overhead() * 3 <= limit and fit.task_room >= wanted_task:
+            break
+    text = fit.text()
+    if len(text) > limit:  # only a budget below the allowed minimum gets here
         text = text[: text.rfind("\n", 0, limit)] if "\n" in text[:limit] else text[:limit]
-    return RecoveryContext(text=text, omitted=omitted)
+    return RecoveryContext(text=text, omitted=fit.omitted())
 
 
 def recovery_prepare(
@@ -232,6 +451,7 @@ def recovery_prepare(
         now=now,
         current_branch=session.git_branch,
         budget=budget,
+        compact_summary=match.compact_summary,
     )
     return match, context
 

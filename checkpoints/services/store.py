@@ -5,6 +5,7 @@ writes of checkpoints: explicit capture, deletes, and a session's closing checkp
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import uuid
 from collections.abc import Sequence
@@ -55,26 +56,72 @@ def _merge_unique(first: Sequence[str], then: Sequence[str], limit: int) -> list
     return list(seen)[-limit:]
 
 
-CARRIED_FIELDS = ("decisions", "open_questions", "blockers")  # stand until replaced
-CARRIED_WHILE_IDLE = ("current_task", "next_steps")  # stand while no new prompt came
+# The narrative: what the agent (or a client) says about the work. ``_carried`` keeps it
+# across the passive checkpoints that follow.
+AUTHORED = (Trigger.AGENT, Trigger.EXPLICIT)
+CARRIED_FIELDS = ("decisions", "open_questions", "blockers")  # only the narrative has these
+CARRIED_WHILE_IDLE = ("current_task", "next_steps")  # the transcript has these too
 
 
-def _carried(parent: Checkpoint | None, session: Session, content: CheckpointContent) -> None:
-    """Fill what ``content`` lacks from the previous checkpoint, where it still holds.
+def _is_last_request(content: CheckpointContent) -> bool:
+    """Whether the content's task is only the user's last request: the transcript's stand-in
+    when no todo is in progress (its last prompt is that request, cut shorter)."""
+    last = content.recent_prompts[-1] if content.recent_prompts else ""
+    return bool(last) and content.current_task.startswith(last)
 
-    A session-end checkpoint right after a pre-compaction one must not lose the task the
-    transcript gave; a task is stale, though, once the user has asked for something new.
+
+def _carried(
+    *, parent: Checkpoint | None, session: Session, trigger: str, content: CheckpointContent
+) -> None:
+    """Fill the narrative fields ``content`` lacks from the previous checkpoint, where they
+    still hold. The rule, field by field:
+
+    - A field the checkpoint brings itself (from the agent, a client or the transcript)
+      replaces the previous value.
+    - Decisions, open questions and blockers come only from agent and explicit checkpoints:
+      an empty one takes the previous checkpoint's, so they stand until the next agent or
+      explicit checkpoint that names its own.
+    - The task and the next steps also come from the transcript (the in-progress todo, else
+      the last request; the pending todos). An empty one takes the previous checkpoint's when
+      no prompt came since, or when that value is still the one the session's latest agent
+      or explicit checkpoint wrote: the agent's own narrative stands across prompts until an
+      agent, explicit or transcript-derived value replaces it. A value that came from the
+      transcript is stale once the user has asked for something new.
+    - A transcript task that is only the user's last request does not replace the agent's
+      task; the recovery context shows the request anyway.
+
+    At most one query, and only when a value older than the last prompt may carry: the
+    session's latest agent or explicit checkpoint (none when that is the parent itself).
     """
     if parent is None:
         return
     for name in CARRIED_FIELDS:
         if not getattr(content, name):
             setattr(content, name, list(getattr(parent, name)))
-    if parent.prompt_count == session.prompt_count:
-        if not content.current_task:
-            content.current_task = parent.current_task
-        if not content.next_steps:
-            content.next_steps = list(parent.next_steps)
+    idle = parent.prompt_count == session.prompt_count
+    missing = [n for n in CARRIED_WHILE_IDLE if not getattr(content, n) and getattr(parent, n)]
+    if idle:
+        for name in missing:
+            setattr(content, name, copy.copy(getattr(parent, name)))
+        missing = []
+    weak_task = bool(parent.current_task) and trigger not in AUTHORED and _is_last_request(content)
+    if not missing and not weak_task:
+        return
+    authored = (
+        parent
+        if parent.trigger in AUTHORED
+        else Checkpoint.objects.filter(session=session, trigger__in=AUTHORED)
+        .order_by("-created_at", "-id")
+        .only("id", *CARRIED_WHILE_IDLE)
+        .first()
+    )
+    if authored is None:
+        return
+    for name in missing:
+        if getattr(parent, name) == getattr(authored, name):
+            setattr(content, name, copy.copy(getattr(parent, name)))
+    if weak_task and parent.current_task == authored.current_task:
+        content.current_task = parent.current_task
 
 
 def checkpoint_write(
@@ -98,10 +145,10 @@ def checkpoint_write(
     parent = (
         Checkpoint.objects.filter(session=session)
         .order_by("-created_at", "-id")
-        .only("id", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
+        .only("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
         .first()
     )
-    _carried(parent, session, content)
+    _carried(parent=parent, session=session, trigger=trigger, content=content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)
     prompts = content.recent_prompts or list(session.recent_prompts)
     checkpoint = Checkpoint(
@@ -119,8 +166,9 @@ def checkpoint_write(
         next_steps=redact_data(content.next_steps[:MAX_LIST_ITEMS]),
         modified_files=redact_data(modified),
         recent_prompts=redact_data(prompts),
-        memory_queries=redact_data(list(session.recent_queries)),
-        recent_remembers=redact_data(list(session.recent_remembers)),
+        # A prompt repeated word for word gives the same terms (and notes repeat): one each.
+        memory_queries=redact_data(_merge_unique((), session.recent_queries, MAX_LIST_ITEMS)),
+        recent_remembers=redact_data(_merge_unique((), session.recent_remembers, MAX_LIST_ITEMS)),
         last_assistant_message=redact_clip(
             content.last_assistant_message or session.last_assistant_message, MAX_ITEM_CHARS
         ),
@@ -268,8 +316,8 @@ def digest_render(*, session: Session, checkpoint: Checkpoint, now: datetime) ->
         f"**Project:** {session.project_normalized or session.project or 'unknown'}{branch}",
         f"**Session:** `{session.session_key}` · {session.harness} · {checkpoint.trigger}",
         f"**Prompts:** {session.prompt_count} · **Duration:** {_minutes(session.started_at, now)}",
-        f"**Memory activity:** {len(session.recent_queries)} recent queries, "
-        f"{len(session.recent_remembers)} remembered",
+        f"**Memory activity:** {len(checkpoint.memory_queries)} recent queries, "
+        f"{len(checkpoint.recent_remembers)} remembered",
     ]
     if checkpoint.context_tokens:
         lines.append(f"**Context used:** {checkpoint.context_tokens:,} tokens")
