@@ -245,6 +245,98 @@ POSITIVES = [
     Positive("key-after-bare-scheme", "fetch https://\ntoken: «Zx8q1Lm2Nv3Bc4»"),
     # A rejected value (here a template) does not hide a secret further in.
     Positive("secret-inside-placeholder", 'token="${A} password=«Zq7-k1x»"'),
+    # A keyword, whitespace, then the value: no "=" or ":" to go by
+    Positive("keyword-with-secret", "Signed the callback with secret «Gh7kL2mQ9xZ4» and retried"),
+    Positive(
+        "keyword-and-password", "Log in as deploy and password «Tr0ub4dor&3» to reach the console"
+    ),
+    Positive(
+        "keyword-secret-access-key",
+        "SecretAccessKey «d7zVkEaGzb4Gcn1hG8OChJqMexTZaMmdO4F1P+SZ», SessionToken expired",
+    ),
+    Positive("keyword-dockerfile-env", "ENV DB_PASSWORD «Sup3r-S3cret!»"),
+    Positive("keyword-passphrase-quoted", "unlock it with passphrase `«mX7#pQ2v-Lk»` first"),
+    Positive("keyword-password-year", "the vpn password «Welcome2024!» was never rotated"),
+    Positive(
+        "keyword-json-escaped", '{"prompt": "deploy with secret «Gh7kL2mQ9xZ4»\\nthen restart"}'
+    ),
+    Positive(
+        "prose-passphrase-for-the-key", "the passphrase for the key is «Blue-Horse-Battery-9»"
+    ),
+    Positive(
+        "prose-password-for-prod-db", "FYI the password for the prod db is «Pr0dDb!2024», rotate it"
+    ),
+    Positive("prose-pw-is", "pw is «k9Lm2Qx7» for the staging box"),
+    Positive("prose-credentials-are", "the credentials are deploy:«Dpl0y-S3cret» (read-only)"),
+    Positive("user-slash-password", "Log into Grafana with admin / «Gr4f4na!x» and change it"),
+    Positive(
+        "user-slash-password-email", "Sign in as ops@acme.io / «W0nderL@nd-42» on the console"
+    ),
+    # A long hex or base64 value right after secret, token, key or webhook
+    Positive(
+        "hex-after-webhook-secret",
+        "GitHub webhook secret «eb8450ae2a1c5ed5571342c3967d286c» saved in the repo settings",
+    ),
+    Positive(
+        "hex-after-token",
+        "INFO auth ok, token «8a160d1cf407d30366a02402f6d2c62451184813» issued to ci",
+    ),
+    Positive(
+        "base64-after-signing-key",
+        "signing key «MAibwC4VEAdan3iMiXkGtMYTVRXIUgJ29HKXJvli/Ho=» loaded",
+    ),
+    Positive(
+        "base64-after-key", "the new key «1SMb5FmrO3PHITH3OBscDR4T8KX5FV8a» goes in the vault"
+    ),
+    Positive(
+        "hex-after-webhook", "registered webhook «f842932de4c58fb31845257065fec25f» for push events"
+    ),
+    # Command-line credentials
+    Positive("docker-login-p", "docker login -u ci-bot -p «Dk8!pQ2zLm» registry.acme.io"),
+    Positive(
+        "podman-login-continued",
+        "podman login registry.acme.io \\\n  --username ci \\\n  -p «Pd9-mQ4xZr»",
+    ),
+    Positive("mysql-attached", "mysql -h db.internal -u app -p«My5ql-Pw» app < dump.sql"),
+    Positive("mysqldump-quoted", "mysqldump -uroot -p'«R00t!dump»' --all-databases > all.sql"),
+    Positive("sshpass", "sshpass -p '«Ss4!pass»' ssh root@10.0.0.5 uptime"),
+    Positive("sshpass-attached", "sshpass -p«Tm9pY2Ux» scp backup.tgz deploy@bastion:"),
+    Positive("curl-su-combined", "curl -su admin:«Adm1n-Pa55» https://jenkins.local/api/json"),
+    Positive("curl-empty-user", "curl -u :«Tk9-pQ2xLm7v» https://gitea.local/api/v1/user"),
+    Positive("curl-shell-user", 'curl -u "$API_USER:«Xk2!mQ9-Lp»" https://api.local'),
+    Positive("netrc-one-line", "machine api.heroku.com login me@acme.io password «0f1e2d3c-Hk9z»"),
+    Positive("netrc-lines", "machine github.com\n  login octocat\n  password «Oct0-cat!Pw»\n"),
+    Positive("netrc-default", "default login anonymous password «An0n-Pw!x»"),
+    # Vendor formats
+    Positive("telegram-bot", "bot = Bot(«406768130:AAHbOfltQumZYXrTTIzPXxwvbNcJ92lIKs5»)"),
+    Positive(
+        "telegram-api-url",
+        "GET https://api.telegram.org/bot«829922364:AADwQsSgJSdxm6rRAr2Bz2bgT-VhVZ73ymv»/getMe",
+    ),
+    Positive(
+        "discord-bot",
+        "client.run('«Nzc3MjY0MTgwMDQ3MzM1NTU1.kTHF8x.bQCwdhzRKqQMYejZF67fOwszWtWeYrK19xm-HG»')",
+    ),
+    Positive(
+        "discord-bot-newer",
+        "leaked «MTcwNjM1Mjk5ODg3MDI5NTY3NQ.Sbzh7N.nAbz7pGNLCbw1IVSPudrAlgAcH4»",
+    ),
+    Positive(
+        "aws-configure-prompt",
+        "AWS Secret Access Key [None]: «3AkJM7764XxQZhPlvOdyBUrkR5XBQjc18DPm7aKA»",
+    ),
+    Positive(
+        "hex-private-key-0x",
+        "import wallet «0xc751b2b3be6c60ca0d367e8a299310cdfb72d73cbb49580158534011e6c90b94» "
+        "into MetaMask",
+    ),
+    Positive(
+        "hex-private-key-flag",
+        "forge script Deploy --private-key «0xf842932de4c58fb31845257065fec25f820d929274"
+        "33fe1f10b7e7bf7121dd22» --broadcast",
+    ),
+    Positive("url-password-hash", "DATABASE_URL=postgres://app:«pa#ss-W0rd»@db.internal:5432/app"),
+    Positive("url-password-hash-redis", "REDIS_URL=redis://:«r3d#1s!Pw»@cache:6379/0"),
 ]
 
 NEGATIVES = {
@@ -294,4 +386,61 @@ NEGATIVES = {
     "format-string": "sql = 'ALTER USER %(user)s IDENTIFIED BY \"%(password)s\"'",
     "code-assignments": "token = Name\nself._credentials = kwargs\n_TOKEN_RE = re.compile(pattern)",
     "hex-digest-near-aws": "aws s3 cp out.tgz s3://bucket/ # etag 5d41402abc4b2a76b9719d911017c592",
+    # Keywords in ordinary prose, with no value after them
+    "prose-field-required": "The password field is required; the token field is optional.",
+    "prose-rotate-the-key": "Rotate the key before Friday, then revoke the old token.",
+    "prose-token-bucket": "The throttle is a token bucket: 10 tokens per second, burst 20.",
+    "prose-primary-key": "Add a primary key on (id); a foreign key user_id references users(id).",
+    "prose-secret-to": "The secret to fast tests is fixtures, and the key insight is caching.",
+    "prose-password-for-is": (
+        "The password for the admin account is stored in 1Password, not in the repo."
+    ),
+    "prose-token-for-each": (
+        "The token for each request is generated by the server and expires in 5 minutes."
+    ),
+    "prose-credentials-are": "Credentials are loaded from the env; pw is short for password.",
+    "prose-keyword-then-name": (
+        "Pass the token OAuth2Session returns to the password hasher Argon2PasswordHasher."
+    ),
+    "prose-quoted-words": 'Click "Reset password" and paste the token "from your email".',
+    "prose-secret-santa": "Secret Santa: the key to the office is with Alice; token ring topology.",
+    # Code that names secrets
+    "code-go-struct": "type Creds struct {\n\tSecretAccessKey string\n\tToken *oauth2.Token\n}",
+    "code-go-struct-json": (
+        '{"output": "type Creds struct {\\n\\tSecretAccessKey string\\n\\tToken *oauth2.Token\\n}"}'
+    ),
+    "code-sql-ddl": (
+        "CREATE TABLE users (password VARCHAR(128) NOT NULL, api_token CHAR(40) UNIQUE);"
+    ),
+    "code-shell-export": "export SIGNET_TOKEN SIGNET_OUTBOX=$outbox",
+    "code-dockerfile-file": "ENV DB_PASSWORD_FILE /run/secrets/db_password",
+    "code-pwd": "$ pwd\n/srv/app\n$ pwd && ls",
+    # Hex, UUIDs and base64 that are data: after a data-ish key, or not next to a keyword
+    "cache-key-hex": "cache key 5d41402abc4b2a76b9719d911017c592 hit, idempotency key reused",
+    "idempotency-key-uuid": "idempotency key 0b6f3f0e-8f5c-4d7e-9b61-1f2a3c4d5e6f reused",
+    "ssh-public-key": (
+        "public key AAAAC3NzaC1lZDI1NTE5AAAAIGb3Q4fXm9kL2pW7vR8sT1uY6zA0cE5hJ3nB4dF ci@acme"
+    ),
+    "sha-near-token": "token refresh fix landed in 8a160d1cf407d30366a02402f6d2c62451184813",
+    "ethereum-tx-hash": (
+        "tx 0x5c504ed432cb51138bcf09aa5e8a410dd4a1e204ef84bfed1be16dfba1b22060 confirmed"
+    ),
+    "ethereum-block-hash": (
+        '"blockHash": "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b",'
+    ),
+    "ethereum-address": "sent 1 ETH to 0x742d35Cc6634C0532925a3b844Bc454e4438f44e",
+    "solidity-slot": (
+        "bytes32 internal constant _IMPLEMENTATION_SLOT = "
+        "0x360894a13ba1a3210667c828492db98dca3e2076cc3735a920a3ca505d382bbc;"
+    ),
+    "colon-numbers": "12:30:45 elapsed, ratio 123456789:42, build 2024.06.11",
+    # Command lines without a credential
+    "cli-ports-and-dirs": "docker run -p 8080:80 app && mkdir -p build && ssh -p 2222 deploy@host",
+    "docker-login-stdin": "echo $CR_PAT | docker login ghcr.io -u octocat --password-stdin",
+    "mysql-prompt": "mysql -u root -p mydb < dump.sql   # prompts for the password",
+    "netrc-words-in-prose": "The machine learning demo uses the default login page.",
+    # Slashes that are not user / password
+    "breadcrumbs": "Settings / Security / Passwords, and admin / users / Groups",
+    "division": "rate = total_tokens / elapsed_seconds2 and login / Dashboard2",
+    "url-fragments": "https://docs.acme.io/guide#install and git@github.com:acme/repo.git#main",
 }

@@ -19,8 +19,8 @@ ALL_LINES = [case.text for case in POSITIVES] + list(NEGATIVES.values())
 
 
 def test_corpus_size():
-    assert len(POSITIVES) >= 60
-    assert len(NEGATIVES) >= 20
+    assert len(POSITIVES) >= 110
+    assert len(NEGATIVES) >= 70
     assert len({case.id for case in POSITIVES}) == len(POSITIVES)
 
 
@@ -212,6 +212,16 @@ ADVERSARIAL = {
     "url-userinfo": _fill("https://user:"),
     "vendor-prefixes": _fill("sk-ghp_xoxb-AKIA"),
     "curl-lines": _fill("curl -u a:"),
+    "keyword-values": _fill("password Ab3!xyz9 / "),
+    "bare-keywords": _fill("token key secret pw webhook "),
+    "prose-qualifiers": _fill("password for the db "),
+    "registry-logins": _fill("docker login -u x "),
+    "mysql-lines": _fill("mysql -u a "),
+    "netrc-machines": _fill("machine h login u "),
+    "user-slashes": _fill("admin / "),
+    "telegram-colons": _fill("123456789:AA"),
+    "discord-dots": _fill("MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ."),
+    "hex-prefixes": _fill("0x"),
 }
 
 
