@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from checkpoints.services.config import config_cache_clear
 from checkpoints.services.tokens import token_create
 from tests.factories import UserFactory
+from tests.hookutil import Clock
 
 ALL_SCOPES = ("ingest", "read", "write")
 
@@ -37,6 +39,14 @@ def _clean_cache(db: Any) -> Iterator[None]:
     config_cache_clear()
     yield
     cache.clear()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """``timezone.now`` under the test's control: ``clock.advance(minutes=5)``."""
+    clock = Clock()
+    monkeypatch.setattr(timezone, "now", clock)
+    return clock
 
 
 @pytest.fixture

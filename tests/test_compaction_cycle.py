@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Injection, Session
-from tests.hookutil import Clock, context_of, payload, send
+from tests.hookutil import context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
@@ -20,13 +20,6 @@ EVENTS = {
     "post": lambda: payload("post_compact_manual"),
     "prompt": lambda: payload("user_prompt_submit", prompt="go on with the limiter"),
 }
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(timezone, "now", clock)
-    return clock
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.utils import timezone
 
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
 from checkpoints.services.config import config_cache_clear, config_get, config_save
@@ -13,19 +12,12 @@ from checkpoints.services.engine import (
     transcript_readable,
 )
 from checkpoints.services.pending import checkpoints_flush_due
-from tests.hookutil import TRANSCRIPT, Clock, context_of, payload, send
+from tests.hookutil import TRANSCRIPT, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
 SESSION = "3f2b8c1e-5d4a-4e7b-9c2f-8a1d6e0b7c42"
 PROJECT = "/home/alice/projects/webapp"
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(timezone, "now", clock)
-    return clock
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from django.utils import timezone
 from checkpoints.models import Checkpoint, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.recovery import recovery_find
-from tests.hookutil import TRANSCRIPT, Clock, context_of, payload, send
+from tests.hookutil import TRANSCRIPT, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +29,6 @@ NARRATIVE = {
     "blockers": ["CI runner lacks Redis"],
     "next_steps": ["Run the auth tests against a real Redis"],
 }
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(timezone, "now", clock)
-    return clock
 
 
 @pytest.fixture

@@ -36,16 +36,9 @@ from checkpoints.services.retention import (
 from checkpoints.services.retention import prune as prune_module
 from checkpoints.services.store import CHECKPOINT_REFERENCES, checkpoints_delete_ids
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory
-from tests.hookutil import Clock, payload, send
+from tests.hookutil import payload, send
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(timezone, "now", clock)
-    return clock
 
 
 def configure(**fields):
