@@ -33,6 +33,8 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from bench.load import checkpoints_insert  # noqa: E402
+
 RUNS = 20
 PASSWORD = secrets.token_urlsafe(16)
 GOAL_MS = 100.0
@@ -85,7 +87,7 @@ LONG_DIGEST = "## Session Checkpoint\n\n" + "\n".join(
 def load(sessions: int, per_session: int) -> tuple[int, int]:
     """Bulk-load the owner's history; returns (a busy session's pk, the owner's pk)."""
     from django.contrib.auth.models import User
-    from django.db import connection, models, transaction
+    from django.db import connection, models
 
     from checkpoints.ids import uuid7
     from checkpoints.models import Checkpoint, Injection, Session
@@ -115,19 +117,6 @@ def load(sessions: int, per_session: int) -> tuple[int, int]:
     )
     ids = dict(Session.objects.filter(owner=owner).values_list("session_key", "pk"))
     uuid_field = models.UUIDField()
-    table = Checkpoint._meta.db_table
-    columns = [
-        "id", "owner_id", "session_id", "session_key", "project_normalized", "harness",
-        "trigger", "digest", "current_task", "decisions", "open_questions", "blockers",
-        "next_steps", "modified_files", "recent_prompts", "memory_queries", "recent_remembers",
-        "last_assistant_message", "git_branch", "git_head", "prompt_count", "new_prompts",
-        "agent_id", "tags", "created_at",
-    ]  # fmt: skip
-    # Our own table and column names; the values go as parameters.
-    insert = (
-        f"INSERT INTO {table} ({', '.join(columns)}) "  # noqa: S608
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
 
     def rows() -> Iterator[tuple[Any, ...]]:
         """Oldest first; the first session (the busy one) has ``BUSY_CHECKPOINTS``, with
@@ -159,17 +148,7 @@ def load(sessions: int, per_session: int) -> tuple[int, int]:
                     connection.ops.adapt_datetimefield_value(moment),
                 )  # fmt: skip
 
-    batch: list[tuple[Any, ...]] = []
-    with connection.cursor() as cursor:
-        for row in rows():
-            batch.append(row)
-            if len(batch) >= ROWS_PER_TRANSACTION:
-                with transaction.atomic():
-                    cursor.executemany(insert, batch)
-                batch = []
-        if batch:
-            with transaction.atomic():
-                cursor.executemany(insert, batch)
+    checkpoints_insert(rows(), per_transaction=ROWS_PER_TRANSACTION)
     busy = ids["history-0"]
     latest = Checkpoint.objects.filter(session_id=busy).order_by("-created_at").first()
     Injection.objects.bulk_create(

@@ -34,6 +34,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from bench.load import checkpoints_insert  # noqa: E402
 from bench.service import post_json, running_service  # noqa: E402
 
 PAYLOAD = json.loads((PROJECT / "tests/fixtures/claude_code/user_prompt_submit.json").read_text())
@@ -57,10 +58,10 @@ def load(sessions: int, per_session: int) -> None:
 
     django.setup()
     from django.contrib.auth.models import User
-    from django.db import connection, models, transaction
+    from django.db import connection, models
 
     from checkpoints.ids import uuid7
-    from checkpoints.models import Checkpoint, Injection, Session
+    from checkpoints.models import Injection, Session
 
     owner = User.objects.get(username="bench")
     now = datetime.now(UTC)
@@ -92,17 +93,6 @@ def load(sessions: int, per_session: int) -> None:
         batch_size=2000,
     )
     ids = dict(Session.objects.filter(owner=owner).values_list("session_key", "pk"))
-    table = Checkpoint._meta.db_table
-    columns = [
-        "id", "owner_id", "session_id", "session_key", "project_normalized", "harness",
-        "trigger", "digest", "current_task", "decisions", "open_questions", "blockers",
-        "next_steps", "modified_files", "recent_prompts", "memory_queries", "recent_remembers",
-        "last_assistant_message", "git_branch", "git_head", "prompt_count", "new_prompts",
-        "agent_id", "tags", "created_at",
-    ]  # fmt: skip
-    placeholders = ", ".join(["%s"] * len(columns))
-    # Our own table and column names; the values go as parameters.
-    insert = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})"  # noqa: S608
     files = json.dumps(["src/checkout/flow.py", "src/checkout/payment.py"])
     prompts = json.dumps(["run the payment tests again", "why does the retry double-charge?"])
 
@@ -131,17 +121,7 @@ def load(sessions: int, per_session: int) -> None:
                         per_session * 4 - number, 4, "", "[]", when(moment),
                     )  # fmt: skip
 
-    batch: list[tuple[Any, ...]] = []
-    with connection.cursor() as cursor:
-        for row in rows():
-            batch.append(row)
-            if len(batch) >= ROWS_PER_TRANSACTION:
-                with transaction.atomic():
-                    cursor.executemany(insert, batch)
-                batch = []
-        if batch:
-            with transaction.atomic():
-                cursor.executemany(insert, batch)
+    checkpoints_insert(rows(), per_transaction=ROWS_PER_TRANSACTION)
     Injection.objects.bulk_create(
         [
             Injection(
