@@ -47,6 +47,9 @@ class RecoveryContext:
     omitted: list[str] = field(default_factory=list)
 
 
+NEWEST = ("-created_at", "-id")
+
+
 def recovery_find(
     *,
     owner: User,
@@ -62,11 +65,19 @@ def recovery_find(
     For another session's checkpoint, its session's compaction summary comes in the same
     query (a join on the session's primary key), so recovery costs no extra query.
     """
-    own = Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key).first()
+    # Newest first; two checkpoints of one instant (a frozen clock, a coarse one) go by their
+    # time-ordered ids, the later written first.
+    own = (
+        Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key)
+        .order_by(*NEWEST)
+        .first()
+    )
     if own is not None:
         return RecoveryMatch(own, "session")
-    with_summary = Checkpoint.objects.filter(owner_id=owner.pk).annotate(
-        **{_SUMMARY: F("session__compact_summary")}
+    with_summary = (
+        Checkpoint.objects.filter(owner_id=owner.pk)
+        .annotate(**{_SUMMARY: F("session__compact_summary")})
+        .order_by(*NEWEST)
     )
     previous_key = previous_session_key or (
         session.previous_session.session_key if session.previous_session is not None else ""
