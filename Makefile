@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test check clean
+.PHONY: install browser run test test-fast check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ browser:
 ## make test: set up and run the whole suite (DATABASE_URL picks PostgreSQL)
 test: install browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make test-fast: the inner loop, the suite without the tests marked slow
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 ## make check: lint, format, types, migrations up to date
 check: install

@@ -9,7 +9,7 @@ from checkpoints.services.tokens import token_create
 from tests.browser import CHROMIUM, requires_browser
 from tests.factories import CheckpointFactory, InjectionFactory, SessionFactory, UserFactory
 
-pytestmark = [requires_browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [requires_browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 LISTS = ["session", "checkpoint", "injection", "retentionrun", "apitoken"]
 

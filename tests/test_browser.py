@@ -19,7 +19,7 @@ PASSWORD = "correct horse battery staple"
 PHONE = {"width": 375, "height": 812}
 
 
-pytestmark = [requires_browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [requires_browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,7 @@ def prompt_loop(raw: str, session_key: Callable[[int], str]) -> Callable[[int], 
     return work
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_twenty_threads_on_one_session_count_every_prompt_and_checkpoint(ingest_token):
     run_threads(prompt_loop(ingest_token, lambda index: "shared-session"))
@@ -87,6 +88,7 @@ def test_twenty_threads_on_one_session_count_every_prompt_and_checkpoint(ingest_
     assert session.checkpoint_pending_since is None
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_twenty_threads_on_twenty_sessions_count_exactly(ingest_token):
     run_threads(prompt_loop(ingest_token, lambda index: f"session-{index}"))

@@ -25,6 +25,8 @@ from checkpoints.services.tokens import token_create
 from tests.factories import UserFactory
 from tests.hookutil import FIXTURES
 
+pytestmark = pytest.mark.slow
+
 HOOK = Path(__file__).resolve().parent.parent / "hooks" / "signet_hook.py"
 
 

@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.hookutil import FIXTURES
 from tests.test_serve import free_port, service_env
 
@@ -21,6 +23,7 @@ THREADS = 8
 PROMPTS = 30
 
 
+@pytest.mark.slow
 def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
     port = free_port()
     env = service_env(

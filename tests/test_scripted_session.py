@@ -26,7 +26,7 @@ from tests.factories import UserFactory
 from tests.hookutil import payload
 from tests.test_hook_client_e2e import Service, free_port
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SESSION = "3f2b8c1e-5d4a-4e7b-9c2f-8a1d6e0b7c42"
 CWD = "/home/alice/projects/webapp"

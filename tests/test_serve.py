@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -37,6 +39,7 @@ def get(url: str) -> tuple[int, bytes]:
         return response.status, response.read()
 
 
+@pytest.mark.slow
 def test_serve_runs_web_and_scheduler_and_stops_cleanly_on_ctrl_c(tmp_path):
     port = free_port()
     env = service_env(tmp_path, port, WEB_CONCURRENCY="2")
