@@ -202,7 +202,7 @@ REST_FRAMEWORK: dict[str, Any] = {
         "anon": env.str("SIGNET_THROTTLE_ANON", default="60/min"),
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["checkpoints.api.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }

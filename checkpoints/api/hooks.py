@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import Any
@@ -13,10 +12,12 @@ from django.http.request import RawPostDataException
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from checkpoints.api.parsers import json_load
 from checkpoints.api.schema import errors
 from checkpoints.harnesses import ADAPTERS, adapter_for
 from checkpoints.harnesses.base import PayloadError
@@ -88,9 +89,10 @@ class HookIngestApi(APIView):
         if not body.strip():
             return _error("invalid_json", "The body is empty; send the hook's JSON.", 400)
         try:
-            payload = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            return _error("invalid_json", f"The body is not valid JSON: {exc}", 400)
+            # The adapter cleans NULs and lone surrogates out: a prompt is never refused.
+            payload = json_load(body, storable_only=False)
+        except ParseError as exc:
+            return _error("invalid_json", str(exc.detail), 400)
         if not isinstance(payload, dict):
             return _error(
                 "invalid_payload",

@@ -12,10 +12,12 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.http import Http404
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -79,6 +81,19 @@ class NewestFirst(CursorPagination):
     page_size_query_param = "limit"
     max_page_size = MAX_PAGE
 
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF checks a cursor's offset but not its position, which goes into a query as
+        is: every ordering here starts with a timestamp, so a position must parse as one."""
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None:
+            try:
+                parsed = parse_datetime(str(cursor.position))
+            except ValueError:
+                parsed = None
+            if parsed is None:
+                raise NotFound(self.invalid_cursor_message)
+        return cursor
+
 
 class OldestFirst(NewestFirst):
     ordering = ("created_at", "id")
@@ -100,6 +115,16 @@ def _paginated(
 ) -> Response:
     page: list[Any] | None = paginator.paginate_queryset(rows, request, view=view)
     return paginator.get_paginated_response(serializer(page, many=True).data)
+
+
+class KeyedApi(APIView):
+    """A view addressed by keys in its path. A key holding NUL names nothing (no PostgreSQL
+    text holds one, and its driver refuses to send one), so it answers 404 up front."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if any("\0" in str(value) for value in kwargs.values()):
+            raise Http404
 
 
 class CheckpointListApi(APIView):
@@ -151,7 +176,7 @@ class CheckpointListApi(APIView):
         return _paginated(request, self, NewestFirst(), rows, CheckpointSerializer)
 
 
-class SessionCheckpointsApi(APIView):
+class SessionCheckpointsApi(KeyedApi):
     """``GET /api/checkpoints/<session_key>/``: a session's checkpoints, oldest first.
     ``DELETE``: delete them all (``write``)."""
 
@@ -184,7 +209,7 @@ class SessionCheckpointsApi(APIView):
         return _paginated(request, self, OldestFirst(), rows, CheckpointSerializer)
 
 
-class CheckpointLatestApi(APIView):
+class CheckpointLatestApi(KeyedApi):
     """``GET /api/checkpoints/<session_key>/latest/``: a session's newest checkpoint."""
 
     required_scope = "read"
@@ -204,7 +229,7 @@ def _checkpoint_id(raw: str) -> str:
         raise Http404 from None
 
 
-class CheckpointDetailApi(APIView):
+class CheckpointDetailApi(KeyedApi):
     """``GET /api/checkpoints/<session_key>/<id>/``: one checkpoint in full.
     ``DELETE``: delete it (``write``)."""
 
@@ -247,7 +272,7 @@ class SessionListApi(APIView):
         return _paginated(request, self, RecentlyActive(), rows, SessionSerializer)
 
 
-class SessionDetailApi(APIView):
+class SessionDetailApi(KeyedApi):
     """``GET /api/sessions/<session_key>/``: one session with counts and lineage."""
 
     required_scope = "read"
