@@ -20,7 +20,7 @@ def _forged(query: str) -> str:
 
 def _error_of(response: Any) -> dict[str, Any]:
     assert response["Content-Type"] == "application/json"
-    body = response.json()
+    body: dict[str, Any] = response.json()
     assert set(body) == {"error", "detail"}
     assert body["detail"]
     return body
