@@ -1,12 +1,15 @@
 """Write (or remove) Signet's hooks in a harness's settings file.
 
-Claude Code: ``http`` hooks for every event that supports them, and a ``command`` hook running
-``signet_hook.py`` for SessionStart (which cannot be an http hook). The merge keeps every
-foreign hook and setting in place, is idempotent (a second run changes no byte and writes no
-second backup) and replaces Signet's own entries, found by their URL path or script name.
+Claude Code: ``http`` hooks for most events, and ``command`` hooks running ``signet_hook.py``
+for SessionStart (which cannot be an http hook) and PreCompact (the client reads the
+transcript on the agent's machine: the server never opens a file a request names). The merge
+keeps every foreign hook and setting in place, is idempotent (a second run changes no byte and
+writes no second backup) and replaces Signet's own entries, found by their URL path or script
+name, so re-running it upgrades an older install.
 Only the ``$NAME`` of the token's environment variable is written, never its value.
 
-The SessionStart command runs at every session start, so it is written for a fast start:
+The SessionStart command runs at every session start, so the commands are written for a fast
+start:
 
 - a real interpreter by its absolute path: a ``python3`` found on PATH may be a version
   manager's shell-script shim, slower than the whole request;
@@ -52,18 +55,23 @@ HOOK_BOOTSTRAP = (
     "import signet_hook; signet_hook.cli()"
 )
 
-# (event, matcher or None for "every", timeout in seconds). Prompt and tool hooks sit on the
-# agent's hot path and SessionEnd shares a small budget: short. PreCompact writes the
-# emergency checkpoint, the one the next session depends on: long enough for that.
-CLAUDE_CODE_HTTP_EVENTS: tuple[tuple[str, str | None, int], ...] = (
-    ("UserPromptSubmit", None, 5),
-    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5),
-    ("PreCompact", None, 30),
-    ("PostCompact", None, 10),
-    ("Stop", None, 10),
-    ("SessionEnd", None, 5),
+# (event, matcher or None for "every", timeout in seconds, handler type), in settings order.
+# Prompt and tool hooks sit on the agent's hot path and SessionEnd shares a small budget:
+# short. SessionStart cannot be an http hook. PreCompact writes the emergency checkpoint,
+# the one the next session depends on: a command, because the client reads the transcript
+# where it is (the server never opens a file a request names), with time for a slow server.
+CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
+    ("SessionStart", "startup|resume|clear|compact", 10, "command"),
+    ("UserPromptSubmit", None, 5, "http"),
+    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, "http"),
+    ("PreCompact", None, 30, "command"),
+    ("PostCompact", None, 10, "http"),
+    ("Stop", None, 10, "http"),
+    ("SessionEnd", None, 5, "http"),
 )
-CLAUDE_CODE_COMMAND_EVENT = ("SessionStart", "startup|resume|clear|compact", 10)
+# What the hook client itself may spend, under each command's timeout above (its watchdog
+# adds a second): the default for SessionStart, most of the budget for PreCompact.
+CLIENT_TIMEOUTS = {"PreCompact": 25}
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -126,8 +134,10 @@ def precompile_hook(hook_script: Path = HOOK_SCRIPT) -> None:
     Done here as well as by the hook's first import, which cannot write it where the folder
     is read-only for the agent. Without it, the hook still runs, compiled on every start.
     """
-    with contextlib.suppress(OSError, py_compile.PyCompileError):
-        py_compile.compile(str(hook_script), doraise=True)
+    readers = sorted((hook_script.parent / "transcripts").glob("*.py"))
+    for source in (hook_script, *readers):
+        with contextlib.suppress(OSError, py_compile.PyCompileError):
+            py_compile.compile(str(source), doraise=True)
 
 
 def _double_quoted(text: str) -> str:
@@ -141,27 +151,30 @@ def claude_code_entries(
     """Signet's hooks for Claude Code as ``(event, matcher, handler)``, in settings order."""
     if hook_script.name != SCRIPT_NAME:
         raise InstallError(f"the hook script must be named {SCRIPT_NAME}, not {hook_script.name}")
-    start_event, start_matcher, start_timeout = CLAUDE_CODE_COMMAND_EVENT
     python = interpreter if interpreter == FALLBACK_INTERPRETER else _double_quoted(interpreter)
     command = (
         f"{python} -I -S -c {shlex.quote(HOOK_BOOTSTRAP)} {_double_quoted(str(hook_script))} "
-        f"--url {shlex.quote(url)} --token-env {token_env} claude-code"
+        f"--url {shlex.quote(url)} --token-env {token_env}"
     )
-    entries: list[tuple[str, str | None, dict[str, Any]]] = [
-        (
-            start_event,
-            start_matcher,
-            {"type": "command", "command": command, "timeout": start_timeout},
-        )
-    ]
-    for event, matcher, timeout in CLAUDE_CODE_HTTP_EVENTS:
-        handler = {
-            "type": "http",
-            "url": f"{url}{CLAUDE_CODE_PATH}",
-            "timeout": timeout,
-            "headers": {"Authorization": f"Bearer ${token_env}"},
-            "allowedEnvVars": [token_env],
-        }
+    entries: list[tuple[str, str | None, dict[str, Any]]] = []
+    for event, matcher, timeout, kind in CLAUDE_CODE_EVENTS:
+        handler: dict[str, Any]
+        if kind == "command":
+            client_timeout = CLIENT_TIMEOUTS.get(event)
+            extra = f" --timeout {client_timeout}" if client_timeout else ""
+            handler = {
+                "type": "command",
+                "command": f"{command}{extra} claude-code",
+                "timeout": timeout,
+            }
+        else:
+            handler = {
+                "type": "http",
+                "url": f"{url}{CLAUDE_CODE_PATH}",
+                "timeout": timeout,
+                "headers": {"Authorization": f"Bearer ${token_env}"},
+                "allowedEnvVars": [token_env],
+            }
         entries.append((event, matcher, handler))
     return entries
 

@@ -451,6 +451,24 @@ def client_context(payload: dict[str, Any]) -> dict[str, str]:
     return context
 
 
+def transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """What the tail of the payload's Claude Code transcript says, as JSON values, or None.
+
+    Read here, on the agent's machine, because the server never opens a file a request names.
+    Only PreCompact sends it: it runs once per compaction, so the reader's imports and its
+    read of at most the transcript's last 2 MiB cost nothing that matters.
+    """
+    path = payload.get("transcript_path")
+    if payload.get("hook_event_name") != "PreCompact" or not isinstance(path, str) or not path:
+        return None
+    if __package__:  # imported as hooks.signet_hook (the tests, the installer's checks)
+        from .transcripts.claude_code import read_transcript
+    else:  # the installed command: this file's folder is on sys.path, not its parent
+        from transcripts.claude_code import read_transcript  # type: ignore[import-not-found,no-redef]
+    facts = read_transcript(path)
+    return None if facts is None else facts.as_payload()
+
+
 # --- HTTP -----------------------------------------------------------------------------------
 
 
@@ -1023,6 +1041,13 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
 
     signet = payload.get("signet")
     payload["signet"] = {**(signet if isinstance(signet, dict) else {}), **client_context(payload)}
+    if options.harness == "claude-code":
+        try:
+            transcript = transcript_extract(payload)
+        except Exception:  # a reader bug must not cost the event itself
+            transcript = None
+        if transcript is not None:
+            payload["signet"]["transcript"] = transcript
     key = _new_key()
 
     def queue() -> None:

@@ -34,8 +34,6 @@ SIGNET_BACKGROUND_NICENESS = 0
 
 LOGGING["loggers"]["django-q"] = {"level": "WARNING"}  # noqa: F405
 
-# The transcripts the tests hand to PreCompact live with the fixtures.
-SIGNET_TRANSCRIPT_ROOTS = [str(Path(__file__).resolve().parent.parent / "tests" / "fixtures")]
 
 # Threads serving requests in the tests (live servers) must not keep connections open past
 # their request, or PostgreSQL refuses to drop the test database at the end.

@@ -10,6 +10,8 @@ from typing import Any
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from hooks.signet_hook import transcript_extract
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude_code"
 HOOK_URL = "/api/hooks/claude-code/"
 TRANSCRIPT = FIXTURES / "transcript.jsonl"
@@ -20,6 +22,15 @@ def payload(name: str, **overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
     data.update(overrides)
     return data
+
+
+def client_read(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with what the hook client adds on the agent's machine: the transcript's facts
+    (PreCompact), read from ``transcript_path`` by the client's own reader."""
+    facts = transcript_extract(body)
+    if facts is None:
+        return body
+    return {**body, "signet": {**body.get("signet", {}), "transcript": facts}}
 
 
 def send(client: APIClient, body: dict[str, Any], **headers: str) -> Any:

@@ -6,13 +6,9 @@ import pytest
 
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
 from checkpoints.services.config import config_cache_clear, config_get, config_save
-from checkpoints.services.engine import (
-    query_terms,
-    remembered_text,
-    transcript_readable,
-)
+from checkpoints.services.engine import query_terms, remembered_text
 from checkpoints.services.pending import checkpoints_flush_due
-from tests.hookutil import TRANSCRIPT, context_of, payload, send
+from tests.hookutil import TRANSCRIPT, client_read, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +98,7 @@ def test_precompact_then_compact_start_recovers_task_and_files_from_the_transcri
     send(hook, payload("session_start_startup"))
     prompt(hook, "Add rate limiting to POST /api/login")
     send(hook, payload("post_tool_use_edit"))
-    response = send(hook, payload("pre_compact_auto", transcript_path=str(TRANSCRIPT)))
+    response = send(hook, client_read(payload("pre_compact_auto", transcript_path=str(TRANSCRIPT))))
     assert response.status_code == 200
     assert response.json() == {}
     checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
@@ -312,16 +308,49 @@ def test_query_terms_and_remember_detection():
     assert remembered_text("plain prompt") == ""
 
 
-def test_transcripts_are_read_only_below_the_configured_roots(hook, settings, tmp_path):
-    outside = tmp_path / "elsewhere.jsonl"
-    outside.write_text(TRANSCRIPT.read_text())
-    send(hook, payload("pre_compact_auto", transcript_path=str(outside)))
-    assert Checkpoint.objects.get().current_task == ""  # not read: degraded to the row
-    assert not transcript_readable("/etc/passwd")
-    assert not transcript_readable(str(TRANSCRIPT.parent / ".." / "factories.py"))
-    assert transcript_readable(str(TRANSCRIPT))
-    settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
-    assert transcript_readable(str(outside))
+def test_the_server_never_opens_the_transcript_a_request_names(client_for, owner, teammate):
+    """bob's PreCompact naming alice's transcript (here, on the server's own disk) puts
+    nothing of hers into his checkpoint: only what a client read and sent counts."""
+    send(client_for(owner, "ingest"), payload("user_prompt_submit", prompt="alice's own work"))
+    bob = client_for(teammate, "ingest")
+    send(bob, payload("pre_compact_auto", session_id="bob-1", transcript_path=str(TRANSCRIPT)))
+    checkpoint = Checkpoint.objects.get(owner=teammate)
+    assert checkpoint.current_task == ""
+    assert checkpoint.context_tokens is None
+    assert checkpoint.git_branch == ""
+    assert "Redis" not in repr(Checkpoint.objects.filter(owner=teammate).values_list())
+
+
+def test_transcript_facts_the_client_sent_are_checked_and_bounded(hook):
+    facts = {
+        "current_task": "Ship it",
+        "todos": [{"content": f"step {n}", "status": "pending"} for n in range(500)],
+        "recent_prompts": [f"prompt {n}" for n in range(500)],
+        "modified_files": [f"/p/{n}.py" for n in range(500)],
+        "context_tokens": 10**40,
+    }
+    body = payload("pre_compact_auto", signet={"transcript": facts})
+    assert send(hook, body).status_code == 200
+    checkpoint = Checkpoint.objects.get()
+    assert checkpoint.current_task == "Ship it"
+    assert len(checkpoint.next_steps) <= 100
+    assert checkpoint.recent_prompts[-1] == "prompt 499"
+    assert len(checkpoint.recent_prompts) <= 10
+    assert len(checkpoint.modified_files) <= 50
+    assert checkpoint.context_tokens == 2**31 - 1
+    for bad in (
+        {"todos": "x"},
+        {"todos": [{"content": 1, "status": "pending"}]},
+        {"recent_prompts": [1]},
+        {"context_tokens": "many"},
+        {"context_tokens": True},
+        {"current_task": ["x"]},
+        "facts",
+    ):
+        response = send(hook, payload("pre_compact_auto", signet={"transcript": bad}))
+        assert response.status_code == 400, bad
+        assert "signet.transcript" in response.json()["detail"]
+    assert Checkpoint.objects.count() == 1
 
 
 def test_an_idle_session_does_not_bury_the_last_good_checkpoint(hook):
@@ -336,7 +365,7 @@ def test_an_idle_session_does_not_bury_the_last_good_checkpoint(hook):
 
 def test_session_end_after_compaction_keeps_the_transcripts_task(hook):
     prompt(hook, "Add rate limiting to POST /api/login")
-    send(hook, payload("pre_compact_auto", transcript_path=str(TRANSCRIPT)))
+    send(hook, client_read(payload("pre_compact_auto", transcript_path=str(TRANSCRIPT))))
     send(hook, payload("post_compact_manual"))
     send(hook, payload("session_start_compact"))
     send(hook, payload("session_end"))  # nothing changed since the emergency checkpoint
@@ -349,8 +378,7 @@ def test_session_end_after_compaction_keeps_the_transcripts_task(hook):
     assert Session.objects.get().modified_files[-1].endswith(".ts")
 
 
-def test_hostile_transcript_content_never_costs_the_checkpoint(hook, settings, tmp_path):
-    settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
+def test_hostile_transcript_content_never_costs_the_checkpoint(hook, tmp_path):
     path = tmp_path / "t.jsonl"
     lines = [
         '{"type":"user","isSidechain":false,"gitBranch":"ma\\u0000in",'
@@ -361,7 +389,7 @@ def test_hostile_transcript_content_never_costs_the_checkpoint(hook, settings, t
         '"cache_read_input_tokens":0,"cache_creation_input_tokens":0}}}',
     ]
     path.write_text("\n".join(lines) + "\n")
-    response = send(hook, payload("pre_compact_auto", transcript_path=str(path)))
+    response = send(hook, client_read(payload("pre_compact_auto", transcript_path=str(path))))
     assert response.status_code == 200
     checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
     assert "\x00" not in checkpoint.current_task

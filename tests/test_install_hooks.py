@@ -74,11 +74,17 @@ def backups(directory: Path) -> list[Path]:
 
 
 def session_start_command(
-    *, url: str, token_env: str, python: str = f'"{REAL_PYTHON}"', script: Path = HOOK_SCRIPT
+    *,
+    url: str,
+    token_env: str,
+    python: str = f'"{REAL_PYTHON}"',
+    script: Path = HOOK_SCRIPT,
+    timeout: int | None = None,
 ) -> str:
+    client_timeout = f" --timeout {timeout}" if timeout else ""
     return (
         f"{python} -I -S -c {shlex.quote(install.HOOK_BOOTSTRAP)} "
-        f'"{script}" --url {url} --token-env {token_env} claude-code'
+        f'"{script}" --url {url} --token-env {token_env}{client_timeout} claude-code'
     )
 
 
@@ -154,7 +160,14 @@ def test_install_into_fixture_adds_every_event_and_keeps_foreign_hooks(settings_
         "_matcher": None,
     }
     assert found["PostToolUse"][0]["_matcher"] == "Edit|Write|MultiEdit|NotebookEdit"
-    assert found["PreCompact"][0]["timeout"] == 30
+    assert found["PreCompact"][0] == {
+        "type": "command",
+        "command": session_start_command(
+            url="http://signet.test:9000", token_env="MY_TOKEN", timeout=25
+        ),
+        "timeout": 30,
+        "_matcher": None,
+    }
     assert found["PostCompact"][0]["timeout"] == 10
     assert found["SessionEnd"][0]["timeout"] == 5
     assert found["SessionStart"][0] == {
@@ -517,3 +530,46 @@ def test_management_command_defaults_to_the_home_settings(tmp_path, monkeypatch,
     call_command("install_hooks", "claude-code")
 
     assert list(load(tmp_path / ".claude" / "settings.json")["hooks"]) == EVENTS
+
+
+def test_reinstall_upgrades_an_http_precompact_to_the_command(tmp_path):
+    """An install from before the client read transcripts had PreCompact as an http hook."""
+    target = tmp_path / "settings.json"
+    install_claude_code(target)
+    settings = load(target)
+    old_handler = {
+        "type": "http",
+        "url": "http://127.0.0.1:8000/api/hooks/claude-code/",
+        "timeout": 30,
+        "headers": {"Authorization": "Bearer $SIGNET_TOKEN"},
+        "allowedEnvVars": ["SIGNET_TOKEN"],
+    }
+    settings["hooks"]["PreCompact"] = [{"hooks": [old_handler]}]
+    target.write_text(json.dumps(settings, indent=2) + "\n")
+
+    result = install_claude_code(target)
+
+    assert result.changed
+    found = signet_handlers(load(target))["PreCompact"]
+    assert len(found) == 1
+    assert found[0]["type"] == "command"
+    assert found[0]["command"].endswith("--timeout 25 claude-code")
+
+
+def test_the_installed_precompact_command_sends_the_transcripts_facts(tmp_path):
+    """The command reads the transcript where it is and posts its facts with the event."""
+    target = tmp_path / "settings.json"
+    with recording_server() as (url, received):
+        install_claude_code(target, url=url)
+        command = signet_handlers(load(target))["PreCompact"][0]["command"]
+        transcript = Path(__file__).resolve().parent / "fixtures" / "claude_code"
+        body = json.loads((transcript / "pre_compact_auto.json").read_text())
+        body["transcript_path"] = str(transcript / "transcript.jsonl")
+        done = run_command(command, tmp_path=tmp_path, payload=json.dumps(body).encode())
+    assert done.returncode == 0
+    assert done.stderr == b""
+    facts = received[0].body["signet"]["transcript"]
+    assert facts["current_task"] == "Continue: finish the Redis conversion and run the tests."
+    assert facts["git_branch"] == "feat/login-rate-limit"
+    assert facts["context_tokens"] == 21625
+    assert any(path.endswith("rateLimit.ts") for path in facts["modified_files"])

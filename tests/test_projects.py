@@ -9,37 +9,61 @@ from checkpoints.services.projects import lexical_normalize, project_identify
 from tests.hookutil import payload, send
 
 
-def test_a_subfolder_of_a_git_repository_matches_the_repository(tmp_path):
+@pytest.mark.django_db
+def test_the_server_never_looks_at_a_clients_path_on_its_own_disk(tmp_path, owner):
+    """A repository, a symlink and /proc/self/cwd on the server's disk are only text."""
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
-    (repo / "src" / "api").mkdir(parents=True)
-    identity = project_identify(cwd=str(repo / "src" / "api"))
-    assert identity.project_normalized == str(repo.resolve())
-    assert identity.git_root == str(repo.resolve())
-    assert identity.project == str(repo / "src" / "api")
-
-
-def test_symlinks_resolve_to_the_real_path(tmp_path):
-    real = tmp_path / "real"
-    real.mkdir()
+    (repo / "src").mkdir()
+    identity = project_identify(owner=owner, cwd=str(repo / "src"))
+    assert identity.project_normalized == str(repo / "src")
+    assert identity.git_root == ""
     link = tmp_path / "link"
-    link.symlink_to(real)
-    assert project_identify(cwd=str(link)).project_normalized == str(real.resolve())
+    link.symlink_to(repo)
+    assert project_identify(owner=owner, cwd=str(link)).project_normalized == str(link)
+    assert project_identify(owner=owner, cwd="/proc/self/cwd").project_normalized == (
+        "/proc/self/cwd"
+    )
 
 
-def test_paths_the_server_cannot_see_are_normalised_lexically():
-    identity = project_identify(cwd="/home/alice/projects/webapp/./src/../")
+@pytest.mark.django_db
+def test_paths_are_normalised_lexically(owner):
+    identity = project_identify(owner=owner, cwd="/home/alice/projects/webapp/./src/../")
     assert identity.project_normalized == "/home/alice/projects/webapp"
     assert identity.git_root == ""
 
 
-def test_what_the_client_sends_wins(tmp_path):
+@pytest.mark.django_db
+def test_what_the_client_sends_wins(tmp_path, owner):
     identity = project_identify(
+        owner=owner,
         cwd=str(tmp_path),
         client_project="/home/alice/projects/webapp/src",
         client_git_root="/home/alice/projects/webapp",
     )
     assert identity.project_normalized == "/home/alice/projects/webapp"
+
+
+@pytest.mark.django_db
+def test_a_cwd_alone_joins_the_owners_known_repository(client_for, owner, teammate):
+    """An http event's ``cwd`` maps to the git top-level a command hook found earlier, the
+    nearest one, and only among the owner's own sessions."""
+    hook = client_for(owner, "ingest")
+    for key, root in (("outer", "/w"), ("start", "/w/repo")):
+        start = payload(
+            "session_start_startup",
+            session_id=key,
+            cwd=root,
+            signet={"project_normalized": root, "git_root": root},
+        )
+        send(hook, start)
+    send(hook, payload("user_prompt_submit", session_id="later", cwd="/w/repo/src/api"))
+    assert Session.objects.get(session_key="later").project_normalized == "/w/repo"
+    send(
+        client_for(teammate, "ingest"),
+        payload("user_prompt_submit", session_id="other", cwd="/w/repo/src"),
+    )
+    assert Session.objects.get(session_key="other").project_normalized == "/w/repo/src"
 
 
 @pytest.mark.parametrize(

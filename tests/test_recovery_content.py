@@ -12,13 +12,13 @@ from django.utils import timezone
 from checkpoints.models import Checkpoint, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.recovery import recovery_find
-from tests.hookutil import TRANSCRIPT, context_of, payload, send
+from tests.hookutil import TRANSCRIPT, client_read, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
 SESSION = "3f2b8c1e-5d4a-4e7b-9c2f-8a1d6e0b7c42"
 PROJECT = "/home/alice/projects/webapp"
-UNREADABLE = "/nonexistent/t.jsonl"  # the server cannot read it: no transcript facts
+UNREADABLE = "/nonexistent/t.jsonl"  # the client cannot read it: no transcript facts
 NARRATIVE = {
     "session_key": SESSION,
     "project": PROJECT,
@@ -54,7 +54,7 @@ def digest(hook, **fields):
 
 def compact(hook, clock, transcript=UNREADABLE):
     """PreCompact, PostCompact, then SessionStart(compact): the injection it gets."""
-    send(hook, payload("pre_compact_auto", transcript_path=str(transcript)))
+    send(hook, client_read(payload("pre_compact_auto", transcript_path=str(transcript))))
     clock.advance(seconds=1)
     send(hook, payload("post_compact_manual"))
     clock.advance(seconds=1)
@@ -63,7 +63,6 @@ def compact(hook, clock, transcript=UNREADABLE):
 
 def todo_transcript(tmp_path, settings, todos):
     """A readable transcript whose last TodoWrite holds ``todos`` (content, status)."""
-    settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
     lines = [
         {
             "type": "user",

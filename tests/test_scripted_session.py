@@ -112,7 +112,6 @@ def transcript(path: Path) -> Path:
 
 
 def test_after_compact_the_agent_gets_everything_once(service, tmp_path, settings):
-    settings.SIGNET_TRANSCRIPT_ROOTS = [str(tmp_path)]
     owner = UserFactory(username="alice")
     _, token = token_create(owner=owner, name="laptop", scopes=["ingest", "read", "write"])
     settings_file = tmp_path / "settings.json"

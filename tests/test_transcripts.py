@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from checkpoints.transcripts.claude_code import (
+from hooks.transcripts.claude_code import (
     DEFAULT_MAX_BYTES,
     TodoItem,
     TranscriptFacts,

@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from checkpoints.harnesses.base import identifier_problem
 from checkpoints.models import Checkpoint, Harness, Session, Trigger
 from checkpoints.services.redaction import redact_data
 
@@ -159,8 +160,9 @@ class CheckpointCaptureSerializer(serializers.Serializer[Any]):
     state = serializers.JSONField(required=False)
 
     def validate_session_key(self, value: str) -> str:
-        if not value.strip() or "/" in value:
-            raise serializers.ValidationError("A session key is non-blank and has no '/'.")
+        problem = identifier_problem(value.strip())
+        if problem:
+            raise serializers.ValidationError(f"A session key {problem}")
         return value.strip()
 
     def validate_state(self, value: Any) -> Any:

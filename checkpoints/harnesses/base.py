@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from checkpoints.services.redaction import contains_secret
+
 
 def clean_text(value: str) -> str:
     """Drop NULs and lone surrogates: valid JSON can carry both, no database column can."""
@@ -19,6 +21,31 @@ def clean_text(value: str) -> str:
     return value
 
 
+# Identifiers are stored and addressed as sent (``/api/sessions/<key>/``), so they cannot be
+# redacted: they are held to a character set that is safe in a URL path segment.
+IDENTIFIER_MAX_CHARS = 255
+_IDENTIFIER_PUNCTUATION = frozenset("._:@+=~-")
+IDENTIFIER_RULE = (
+    f"1 to {IDENTIFIER_MAX_CHARS} characters: letters, digits and . _ : @ + = ~ -, "
+    "starting with a letter or digit"
+)
+
+
+def identifier_problem(value: str) -> str:
+    """Why ``value`` cannot be a session key ('' when it can): its characters, or a secret.
+
+    Letters and digits of any script pass; no slash, space, percent, quote or control
+    character does, so every key names one path segment and prints as itself.
+    """
+    if not value or len(value) > IDENTIFIER_MAX_CHARS or not value[0].isalnum():
+        return f"must be {IDENTIFIER_RULE}."
+    if not all(char.isalnum() or char in _IDENTIFIER_PUNCTUATION for char in value):
+        return f"must be {IDENTIFIER_RULE}."
+    if contains_secret(value):
+        return "looks like a credential; a session key is stored and shown as is."
+    return ""
+
+
 class EventKind(enum.StrEnum):
     SESSION_START = "session_start"
     PROMPT = "prompt"
@@ -29,6 +56,23 @@ class EventKind(enum.StrEnum):
     STOP = "stop"
     SESSION_END = "session_end"
     UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class TranscriptExtract:
+    """What the hook client read from the tail of the agent's transcript (PreCompact).
+
+    The client reads it where the file is; the server only checks the shape and the bounds.
+    ``todos`` holds ``(content, status)`` pairs. Texts are raw here, as in ``Event``.
+    """
+
+    current_task: str = ""
+    todos: tuple[tuple[str, str], ...] = ()
+    recent_prompts: tuple[str, ...] = ()
+    modified_files: tuple[str, ...] = ()
+    last_assistant_message: str = ""
+    git_branch: str = ""
+    context_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +98,7 @@ class Event:
     compact_summary: str = ""
     last_assistant_message: str = ""
     previous_session_key: str = ""
+    transcript: TranscriptExtract | None = None
     # When a client's outbox held the event: set only on a replay, which may come hours late.
     queued_at: datetime | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from checkpoints.harnesses.base import Event, EventKind, Outcome, PayloadError, clean_text
+from checkpoints.harnesses.base import (
+    Event,
+    EventKind,
+    Outcome,
+    PayloadError,
+    TranscriptExtract,
+    clean_text,
+    identifier_problem,
+)
 
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 KINDS = {
@@ -25,17 +33,19 @@ KINDS = {
     "Remember": EventKind.REMEMBER,
 }
 CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "UserPromptSubmit"}
-MAX_KEY_CHARS = 255
+# What ``signet.transcript`` may hold: the client reader's own bounds, checked again here.
+TRANSCRIPT_ITEMS = 100
+TRANSCRIPT_TEXT_CHARS = 4000
 
 
-def _text(payload: dict[str, Any], key: str, *, required: bool = False) -> str:
+def _text(payload: dict[str, Any], key: str, *, required: bool = False, where: str = "") -> str:
     value = payload.get(key)
     if value is None:
         if required:
-            raise PayloadError(f"'{key}' is required.")
+            raise PayloadError(f"'{where}{key}' is required.")
         return ""
     if not isinstance(value, str):
-        raise PayloadError(f"'{key}' must be a string, not {type(value).__name__}.")
+        raise PayloadError(f"'{where}{key}' must be a string, not {type(value).__name__}.")
     return clean_text(value)
 
 
@@ -44,6 +54,66 @@ def _tool_files(tool_name: str, tool_input: Any) -> tuple[str, ...]:
         return ()
     path = tool_input.get("file_path") or tool_input.get("notebook_path")
     return (clean_text(path),) if isinstance(path, str) and path else ()
+
+
+def _strings(value: Any, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise PayloadError(f"'signet.transcript.{key}' must be a list of strings.")
+    return tuple(clean_text(item)[:TRANSCRIPT_TEXT_CHARS] for item in value[-TRANSCRIPT_ITEMS:])
+
+
+def _todos(value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    problem = "'signet.transcript.todos' must be a list of {content, status} objects."
+    if not isinstance(value, list):
+        raise PayloadError(problem)
+    todos = []
+    for item in value[:TRANSCRIPT_ITEMS]:
+        if not isinstance(item, dict):
+            raise PayloadError(problem)
+        content, status = item.get("content"), item.get("status")
+        if not isinstance(content, str) or not isinstance(status, str):
+            raise PayloadError(problem)
+        todos.append((clean_text(content)[:TRANSCRIPT_TEXT_CHARS], clean_text(status)[:32]))
+    return tuple(todos)
+
+
+def _transcript(client: dict[str, Any]) -> TranscriptExtract | None:
+    """``signet.transcript``: what the hook client read from the transcript's tail."""
+    facts = client.get("transcript")
+    if facts is None:
+        return None
+    if not isinstance(facts, dict):
+        raise PayloadError("'signet.transcript' must be an object.")
+    tokens = facts.get("context_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+        raise PayloadError("'signet.transcript.context_tokens' must be an integer or null.")
+
+    def text(key: str) -> str:
+        return _text(facts, key, where="signet.transcript.")[:TRANSCRIPT_TEXT_CHARS]
+
+    return TranscriptExtract(
+        current_task=text("current_task"),
+        todos=_todos(facts.get("todos")),
+        recent_prompts=_strings(facts.get("recent_prompts"), "recent_prompts"),
+        modified_files=_strings(facts.get("modified_files"), "modified_files"),
+        last_assistant_message=text("last_assistant_message"),
+        git_branch=text("git_branch"),
+        context_tokens=tokens,
+    )
+
+
+def _identifier(payload: dict[str, Any], key: str, *, required: bool = False) -> str:
+    value = _text(payload, key, required=required).strip()
+    if not value and not required:
+        return ""
+    problem = identifier_problem(value)
+    if problem:
+        raise PayloadError(f"'{key}' {problem}")
+    return value
 
 
 def _queued_at(client: dict[str, Any]) -> datetime | None:
@@ -63,11 +133,7 @@ class ClaudeCodeAdapter:
 
     def parse(self, payload: dict[str, Any]) -> Event:
         name = _text(payload, "hook_event_name", required=True)
-        session_key = _text(payload, "session_id", required=True).strip()
-        if not session_key:
-            raise PayloadError("'session_id' must not be empty.")
-        if len(session_key) > MAX_KEY_CHARS:
-            raise PayloadError(f"'session_id' is longer than {MAX_KEY_CHARS} characters.")
+        session_key = _identifier(payload, "session_id", required=True)
         kind = KINDS.get(name, EventKind.UNKNOWN)
         client = payload.get("signet")
         if client is not None and not isinstance(client, dict):
@@ -85,7 +151,7 @@ class ClaudeCodeAdapter:
             "client_git_root": _text(client, "git_root"),
             "git_branch": _text(client, "git_branch"),
             "git_head": _text(client, "git_head"),
-            "previous_session_key": _text(client, "previous_session_key"),
+            "previous_session_key": _identifier(client, "previous_session_key"),
             "queued_at": _queued_at(client),
         }
         if kind is EventKind.SESSION_START:
@@ -103,6 +169,7 @@ class ClaudeCodeAdapter:
                 **common,
                 source=_text(payload, "trigger"),
                 compact_summary=_text(payload, "compact_summary"),
+                transcript=_transcript(client) if kind is EventKind.PRE_COMPACT else None,
             )
         if kind is EventKind.STOP:
             return Event(**common, last_assistant_message=_text(payload, "last_assistant_message"))

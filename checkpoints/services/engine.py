@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from checkpoints.harnesses.base import Event, EventKind, Outcome, clean_text
+from checkpoints.harnesses.base import Event, EventKind, Outcome, TranscriptExtract
 from checkpoints.models import ContinuityConfig, HookDelivery, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
@@ -35,7 +33,6 @@ from checkpoints.services.recovery import injection_record, recovery_prepare
 from checkpoints.services.redaction import redact_clip
 from checkpoints.services.sessions import SessionSeed, session_lock
 from checkpoints.services.store import CheckpointContent, checkpoint_write, session_close
-from checkpoints.transcripts.claude_code import TranscriptFacts, read_transcript
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +45,9 @@ MESSAGE_KEEP_CHARS = 2000
 REMEMBER_KEEP_CHARS = 1000
 SUMMARY_KEEP_CHARS = 20_000
 PATH_KEEP_CHARS = 1024
+TRANSCRIPT_PATH_KEEP_CHARS = 4096
+MODEL_KEEP_CHARS = 128
+BRANCH_KEEP_CHARS = 255
 MAX_TOKENS = 2**31 - 1  # the column's range on PostgreSQL
 QUERY_TERMS = 8
 # The columns a prompt reads or writes. A checkpoint write loads the rest when it needs it.
@@ -78,6 +78,7 @@ PRE_COMPACT_SEEN = 1
 COMPACT_START_SEEN = 2
 POST_COMPACT_SEEN = 4
 COMPACTION_CYCLE_WINDOW = timedelta(minutes=10)
+_HEX = frozenset("0123456789abcdef")
 _WORD = re.compile(r"[\w./:-]{3,64}")
 _STOPWORD_TEXT = (
     "the and for with that this from into have has was were are you your can could would "
@@ -108,9 +109,9 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     config = config_get()
     if not config.enabled:
         return Outcome()
-    # Redaction and file I/O happen before the lock: writers queue on it.
+    # Redaction happens before the lock: writers queue on it.
     event = _event_prepare(event)
-    content = _facts_content(_transcript_facts(event))
+    content = _facts_content(event.transcript)
     now = timezone.now()
     replayed = event.queued_at is not None
     if event.queued_at is not None:
@@ -147,34 +148,21 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     return Outcome(context="" if replayed else step.context)
 
 
-def transcript_readable(path: str) -> bool:
-    """Whether ``path`` is a ``.jsonl`` file below one of ``SIGNET_TRANSCRIPT_ROOTS``."""
-    if not path.endswith(".jsonl") or "\x00" in path:
-        return False
-    real = os.path.realpath(path)
-    for root in settings.SIGNET_TRANSCRIPT_ROOTS:
-        base = os.path.realpath(os.path.expanduser(root))
-        if os.path.commonpath([real, base]) == base:
-            return True
-    return False
-
-
-def _transcript_facts(event: Event) -> TranscriptFacts | None:
-    if event.kind is not EventKind.PRE_COMPACT or not event.transcript_path:
-        return None
-    if not transcript_readable(event.transcript_path):
-        return None
-    try:
-        return read_transcript(event.transcript_path)
-    except Exception:  # a reader bug must never cost the harness its checkpoint
-        logger.exception("transcript read failed: %s", event.transcript_path)
-        return None
-
-
 def _event_prepare(event: Event) -> Event:
-    """The event with every text it carries redacted and cut to what is kept."""
+    """The event with every text it carries redacted and cut to what is kept.
+
+    Paths are redacted before they are normalised: ``postgres://u:pw@h/db`` in a folder name
+    must still look like a URL when the rules see it.
+    """
     return dataclasses.replace(
         event,
+        cwd=redact_clip(event.cwd, PATH_KEEP_CHARS),
+        client_project=redact_clip(event.client_project, PATH_KEEP_CHARS),
+        client_git_root=redact_clip(event.client_git_root, PATH_KEEP_CHARS),
+        transcript_path=redact_clip(event.transcript_path, TRANSCRIPT_PATH_KEEP_CHARS),
+        model=redact_clip(event.model, MODEL_KEEP_CHARS),
+        git_branch=redact_clip(event.git_branch, BRANCH_KEEP_CHARS),
+        git_head=event.git_head if _is_commit(event.git_head) else "",
         prompt=redact_clip(event.prompt.strip(), REMEMBER_KEEP_CHARS),
         remember=redact_clip(event.remember.strip(), REMEMBER_KEEP_CHARS),
         compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),
@@ -183,30 +171,30 @@ def _event_prepare(event: Event) -> Event:
     )
 
 
-def _facts_content(facts: TranscriptFacts | None) -> CheckpointContent | None:
-    """Transcript facts as checkpoint content: cleaned for the database, redacted, bounded.
+def _is_commit(value: str) -> bool:
+    return len(value) in (40, 64) and _HEX.issuperset(value)
 
-    A transcript is the client's file: it may hold NULs, lone surrogates or absurd numbers,
-    none of which may cost the harness its emergency checkpoint.
-    """
+
+def _facts_content(facts: TranscriptExtract | None) -> CheckpointContent | None:
+    """What the client read from the transcript, as checkpoint content: redacted, bounded."""
     if facts is None:
         return None
-
-    def text(value: str, limit: int) -> str:
-        return redact_clip(clean_text(value), limit)
-
     tokens = facts.context_tokens
     return CheckpointContent(
-        current_task=text(facts.current_task, MESSAGE_KEEP_CHARS),
+        current_task=redact_clip(facts.current_task, MESSAGE_KEEP_CHARS),
         next_steps=[
-            text(item.content, PROMPT_KEEP_CHARS)
-            for item in facts.todos
-            if item.status == "pending"
+            redact_clip(content, PROMPT_KEEP_CHARS)
+            for content, status in facts.todos
+            if status == "pending"
         ],
-        modified_files=[text(path, PATH_KEEP_CHARS) for path in facts.modified_files],
-        recent_prompts=[text(prompt, PROMPT_KEEP_CHARS) for prompt in facts.recent_prompts],
-        last_assistant_message=text(facts.last_assistant_message, MESSAGE_KEEP_CHARS),
-        git_branch=clean_text(facts.git_branch)[:255],
+        modified_files=[
+            redact_clip(path, PATH_KEEP_CHARS) for path in facts.modified_files[-MAX_FILES:]
+        ],
+        recent_prompts=[
+            redact_clip(prompt, PROMPT_KEEP_CHARS) for prompt in facts.recent_prompts[-MAX_PROMPTS:]
+        ],
+        last_assistant_message=redact_clip(facts.last_assistant_message, MESSAGE_KEEP_CHARS),
+        git_branch=redact_clip(facts.git_branch, BRANCH_KEEP_CHARS),
         context_tokens=None if tokens is None else max(0, min(tokens, MAX_TOKENS)),
     )
 

@@ -2,16 +2,20 @@
 
 The key is the git top-level when one is known (a session started in a subfolder of a
 repository matches the repository), else the normalised working directory. The client runs
-where the files are, so what it sends wins; the server resolves paths itself only when it
-can see them, and otherwise normalises lexically.
+where the files are and sends both; the server treats every path as text: it never calls
+``realpath``, ``stat`` or git on a path a client names (it may not even be this machine's).
+A session whose client sent only a ``cwd`` joins the project of the owner's sessions whose
+git top-level holds that folder (``project_known``).
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
 from dataclasses import dataclass
-from pathlib import Path
+
+from django.contrib.auth.models import User
+
+from checkpoints.models import Session
 
 MAX_PATH_CHARS = 1024
 MAX_GIT_WALK = 64  # directory levels to climb looking for .git
@@ -35,45 +39,44 @@ def lexical_normalize(path: str) -> str:
     return normalized[:MAX_PATH_CHARS]
 
 
-def _server_realpath(path: str) -> str:
-    """The real path when this server can see ``path``, else ''."""
-    if not path or not os.path.isabs(path):
-        return ""
-    try:
-        if not os.path.isdir(path):
-            return ""
-        return os.path.realpath(path)
-    except OSError:
-        return ""
+def path_ancestors(path: str) -> list[str]:
+    """``path`` and the folders above it, nearest first (``/a/b`` → ``/a/b``, ``/a``, ``/``)."""
+    found: list[str] = []
+    current = path
+    while current and len(found) < MAX_GIT_WALK:
+        found.append(current)
+        parent = posixpath.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return found
 
 
-def _git_root_above(path: str) -> str:
-    current = Path(path)
-    for _ in range(MAX_GIT_WALK):
-        try:
-            if (current / ".git").exists():
-                return str(current)
-        except OSError:
-            return ""
-        if current.parent == current:
-            return ""
-        current = current.parent
-    return ""
+def project_known(*, owner: User, path: str) -> str:
+    """The git top-level of ``owner``'s sessions that holds ``path``, the nearest one, or ''.
+
+    One query, on a session's first event only: what a client that could not read git (an
+    ``http`` hook sends only ``cwd``) is matched with what an earlier command hook found.
+    """
+    if not posixpath.isabs(path):
+        return ""
+    roots = set(
+        Session.objects.filter(owner=owner, git_root__in=path_ancestors(path))
+        .values_list("git_root", flat=True)
+        .distinct()[:MAX_GIT_WALK]
+    )
+    return max(roots, key=len, default="")
 
 
 def project_identify(
-    *, cwd: str, client_project: str = "", client_git_root: str = ""
+    *, owner: User, cwd: str, client_project: str = "", client_git_root: str = ""
 ) -> ProjectIdentity:
     """Work out the project key of a session from what the harness and client sent."""
     project = cwd.strip()[:MAX_PATH_CHARS]
     git_root = lexical_normalize(client_git_root)
-    if client_project:
-        normalized = lexical_normalize(client_project)
-    else:
-        real = _server_realpath(project)
-        normalized = real or lexical_normalize(project)
-        if real and not git_root:
-            git_root = _git_root_above(real)
+    normalized = lexical_normalize(client_project or project)
+    if not git_root and not client_project and normalized:
+        git_root = project_known(owner=owner, path=normalized)
     key = git_root or normalized
     return ProjectIdentity(
         project=project, project_normalized=key[:MAX_PATH_CHARS], git_root=git_root

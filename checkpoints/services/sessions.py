@@ -55,7 +55,10 @@ def session_lock(
         session.owner = owner  # already loaded: spares a query wherever it is used
         return session
     identity = project_identify(
-        cwd=seed.cwd, client_project=seed.client_project, client_git_root=seed.client_git_root
+        owner=owner,
+        cwd=seed.cwd,
+        client_project=seed.client_project,
+        client_git_root=seed.client_git_root,
     )
     previous = None
     if seed.previous_session_key:

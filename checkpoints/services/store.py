@@ -25,6 +25,7 @@ from checkpoints.services.sessions import SessionSeed, session_lock
 
 MAX_LIST_ITEMS = 50
 MAX_ITEM_CHARS = 2000
+PROJECT_KEEP_CHARS = 1024
 
 
 @dataclass
@@ -216,7 +217,7 @@ def checkpoint_capture(
         session = session_lock(
             owner=owner,
             session_key=session_key,
-            seed=SessionSeed(harness=harness, cwd=project),
+            seed=SessionSeed(harness=harness, cwd=redact_clip(project, PROJECT_KEEP_CHARS)),
             now=now,
         )
         now = max(now, timezone.now())

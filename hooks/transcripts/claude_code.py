@@ -1,5 +1,9 @@
 """Bounded reader for Claude Code session transcripts (``~/.claude/projects/*/<session>.jsonl``).
 
+It runs in the hook client, on the agent's machine, where the transcript is: the server
+never opens a file a request names. ``TranscriptFacts.as_payload()`` is what the client
+sends as ``signet.transcript`` with PreCompact.
+
 The format is undocumented (see ``protocols.md`` §2); this reader trusts nothing in it. Only
 the tail of the file is read, every line is parsed on its own, and a line that is not what we
 expect is skipped, so a half-written, truncated or corrupted transcript yields whatever facts
@@ -98,6 +102,25 @@ class TranscriptFacts:
     context_tokens: int | None
     compactions: int
     truncated: bool
+
+    def as_payload(self) -> dict[str, Any]:
+        """The facts as JSON values, the shape the server reads from ``signet.transcript``."""
+        return {
+            "current_task": self.current_task,
+            "todos": [
+                {"content": todo.content, "status": todo.status, "active_form": todo.active_form}
+                for todo in self.todos
+            ],
+            "last_user_request": self.last_user_request,
+            "recent_prompts": list(self.recent_prompts),
+            "modified_files": list(self.modified_files),
+            "last_assistant_message": self.last_assistant_message,
+            "git_branch": self.git_branch,
+            "model": self.model,
+            "context_tokens": self.context_tokens,
+            "compactions": self.compactions,
+            "truncated": self.truncated,
+        }
 
 
 def read_transcript(
