@@ -12,6 +12,9 @@ bytecode is used: see ``hooks/install.py``.)
 It POSTs the payload to ``{url}/api/hooks/{harness}/`` with the bearer token read from the
 environment variable named by ``--token-env``, and prints the server's JSON reply (what the
 harness expects on stdout, e.g. ``{"hookSpecificOutput": {...}}``) or nothing at all.
+It adds a ``signet`` object of what only this machine can know: the project's real path, git
+top-level, branch and head, and with PreCompact the facts of the transcript's tail
+(``transcripts/claude_code.py``): the server never opens a file a request names.
 
 Fail-open: whatever happens (server down, bad input, missing token, a bug here), the exit
 code is 0, stdout holds a JSON object or nothing, and stderr at most one short line.
