@@ -9,6 +9,7 @@ so counts and checkpoint decisions are exact with any number of workers and host
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -148,6 +149,13 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     return Outcome(context="" if replayed else step.context)
 
 
+@functools.lru_cache(maxsize=4096)
+def _redacted_field(value: str, limit: int) -> str:
+    """``redact_clip`` for the fields a session repeats on every event (cwd, model, branch,
+    transcript path): the same few values, so each is scanned once per worker."""
+    return redact_clip(value, limit)
+
+
 def _event_prepare(event: Event) -> Event:
     """The event with every text it carries redacted and cut to what is kept.
 
@@ -156,12 +164,12 @@ def _event_prepare(event: Event) -> Event:
     """
     return dataclasses.replace(
         event,
-        cwd=redact_clip(event.cwd, PATH_KEEP_CHARS),
-        client_project=redact_clip(event.client_project, PATH_KEEP_CHARS),
-        client_git_root=redact_clip(event.client_git_root, PATH_KEEP_CHARS),
-        transcript_path=redact_clip(event.transcript_path, TRANSCRIPT_PATH_KEEP_CHARS),
-        model=redact_clip(event.model, MODEL_KEEP_CHARS),
-        git_branch=redact_clip(event.git_branch, BRANCH_KEEP_CHARS),
+        cwd=_redacted_field(event.cwd, PATH_KEEP_CHARS),
+        client_project=_redacted_field(event.client_project, PATH_KEEP_CHARS),
+        client_git_root=_redacted_field(event.client_git_root, PATH_KEEP_CHARS),
+        transcript_path=_redacted_field(event.transcript_path, TRANSCRIPT_PATH_KEEP_CHARS),
+        model=_redacted_field(event.model, MODEL_KEEP_CHARS),
+        git_branch=_redacted_field(event.git_branch, BRANCH_KEEP_CHARS),
         git_head=event.git_head if _is_commit(event.git_head) else "",
         prompt=redact_clip(event.prompt.strip(), REMEMBER_KEEP_CHARS),
         remember=redact_clip(event.remember.strip(), REMEMBER_KEEP_CHARS),
