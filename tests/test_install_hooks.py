@@ -473,7 +473,7 @@ def test_management_command_installs_and_uninstalls(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"Created {target}" in out
     assert "SessionStart, UserPromptSubmit, PostToolUse" in out
-    assert f"SessionStart hook runs with: {REAL_PYTHON}" in out
+    assert f"SessionStart and PreCompact run with: {REAL_PYTHON}" in out
     assert "export TEAM_SIGNET=..." in out
     assert "create_token --user NAME --scopes ingest,read" in out
     assert signet_handlers(load(target))["Stop"][0]["url"] == (
@@ -517,7 +517,7 @@ def test_management_command_takes_an_interpreter(tmp_path, capsys):
     )
 
     assert installed_command(target).startswith(f'"{sys.executable}" -I -S -c ')
-    assert f"SessionStart hook runs with: {sys.executable}" in capsys.readouterr().out
+    assert f"SessionStart and PreCompact run with: {sys.executable}" in capsys.readouterr().out
     with pytest.raises(CommandError, match="not an executable"):
         call_command(
             "install_hooks", "claude-code", "--settings-file", str(target), "--python", "nope9"

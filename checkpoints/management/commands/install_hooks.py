@@ -48,7 +48,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--python",
             help=(
-                "Interpreter (3.9+) for the SessionStart command hook, written as given "
+                "Interpreter (3.9+) for the SessionStart and PreCompact command hooks, written as given "
                 "(default: the real binary behind the one running this command)."
             ),
         )
@@ -92,7 +92,7 @@ class Command(BaseCommand):
                         f"  replaced earlier Signet entries in: {', '.join(result.removed)}"
                     )
                 # Pinned by path: removing that Python breaks the hook until the next install.
-                self.stdout.write(f"  SessionStart hook runs with: {result.interpreter}")
+                self.stdout.write(f"  SessionStart and PreCompact run with: {result.interpreter}")
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
         if not uninstall:
