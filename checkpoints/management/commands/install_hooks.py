@@ -48,8 +48,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--python",
             help=(
-                "Interpreter (3.9+) for the SessionStart and PreCompact command hooks, written as given "
-                "(default: the real binary behind the one running this command)."
+                "Interpreter (3.9+) for the SessionStart and PreCompact command hooks, written "
+                "as given (default: the real binary behind the one running this command)."
             ),
         )
         parser.add_argument(
