@@ -66,6 +66,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "checkpoints.api.middleware.ChunkedBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -176,12 +177,6 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-
-# Transcripts the server may read when a hook names one (PreCompact): only .jsonl files
-# below these folders, so a hook cannot make the server read an arbitrary file.
-SIGNET_TRANSCRIPT_ROOTS: list[str] = env.list(
-    "SIGNET_TRANSCRIPT_ROOTS", default=[str(Path.home() / ".claude" / "projects")]
-)
 
 # Hook payloads and API bodies: anything larger is refused before it is parsed.
 SIGNET_MAX_BODY_BYTES = env.int("SIGNET_MAX_BODY_BYTES", default=1024 * 1024)

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from checkpoints import views
+from checkpoints.api import errors
 
 admin.site.site_header = "Signet Continuity"
 admin.site.site_title = "Signet Continuity admin"
@@ -14,3 +15,9 @@ urlpatterns = [
     path("api/", include("checkpoints.api.urls")),
     path("admin/", admin.site.urls),
 ]
+
+# Under /api/ these answer in the API's JSON shape; elsewhere, Django's pages.
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from checkpoints.models import (
@@ -124,18 +127,58 @@ def test_adding_a_token_shows_it_once_and_stores_only_its_hash(client, superuser
     response = client.post(
         reverse("admin:checkpoints_apitoken_add"),
         {"owner": owner.pk, "name": "ci", "scopes": ["read", "ingest"]},
-        follow=True,
     )
-    assert response.status_code == 200
-    shown = [str(m) for m in response.context["messages"]]
-    raw = next(m for m in shown if "will not be shown again" in m).rsplit(" ", 1)[-1]
+    assert response.status_code == 200  # the secret in this page, not behind a redirect
+    raw = re.search(r'<pre[^>]*id="new-token">([^<]+)</pre>', response.content.decode())[1]
     token = ApiToken.objects.get(owner=owner)
     assert raw.startswith(token.prefix)
     assert token.token_hash != raw
     assert sorted(token.scopes) == ["ingest", "read"]
+    assert "no-store" in response["Cache-Control"]
+    listing = reverse("admin:checkpoints_apitoken_changelist")
+    assert f'href="{listing}"'.encode() in response.content  # the way back
+    assert client.get(listing).status_code == 200
     client.logout()
     api = client.get("/api/whoami/", HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert api.status_code == 200
+
+
+@pytest.mark.parametrize("button", ["_save", "_continue", "_addanother"])
+def test_a_new_tokens_secret_stays_out_of_cookies_messages_and_logs(
+    client, superuser, owner, button, caplog
+):
+    client.force_login(superuser)
+    with caplog.at_level(logging.DEBUG):
+        response = client.post(
+            reverse("admin:checkpoints_apitoken_add"),
+            {"owner": owner.pk, "name": "ci", "scopes": ["read"], button: "Save"},
+        )
+    assert response.status_code == 200
+    raw = re.search(r'id="new-token">([^<]+)<', response.content.decode())[1]
+    secret = raw[len(ApiToken.objects.get().prefix) :]  # the part no list ever shows
+    assert response.content.decode().count(secret) == 1
+    for morsel in [*response.cookies.values(), *client.cookies.values()]:
+        assert secret not in morsel.value
+    assert not [str(m) for m in get_messages(response.wsgi_request)]
+    assert all(secret not in str(data) for data in client.session.values())
+    assert all(secret not in record.getMessage() for record in caplog.records)
+    assert all(secret not in entry.change_message for entry in LogEntry.objects.all())
+    assert all(secret not in entry.object_repr for entry in LogEntry.objects.all())
+    page = client.get(reverse("admin:checkpoints_apitoken_changelist"))  # the next page
+    assert secret not in page.content.decode()
+
+
+def test_changing_a_token_keeps_its_secret(client, superuser, owner, make_token):
+    raw = make_token(owner, "read")
+    token = ApiToken.objects.get()
+    client.force_login(superuser)
+    response = client.post(
+        reverse("admin:checkpoints_apitoken_change", args=[token.pk]),
+        {"owner": owner.pk, "name": "renamed", "scopes": ["read"]},
+    )
+    assert response.status_code == 302
+    assert ApiToken.objects.get().name == "renamed"
+    assert client.get("/api/whoami/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
 
 
 def test_revoke_action(client, superuser, owner, make_token):

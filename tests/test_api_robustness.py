@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import base64
+import http.client
+import io
 import json
 import logging
+import signal
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import OperationalError
+from django.test import Client
+from django.urls import reverse
 
+from checkpoints.api.errors import API_PREFIX
 from checkpoints.api.parsers import MAX_JSON_DEPTH, json_depth
+from checkpoints.dashboard.timezone import ViewerTimezoneMiddleware
+from checkpoints.models import Checkpoint, Session
 from tests.factories import CheckpointFactory, SessionFactory
+from tests.hookutil import HOOK_URL, payload
+from tests.test_serve import PROJECT_DIR, free_port, service_env
 
 
 def _forged(query: str) -> str:
@@ -170,3 +185,233 @@ def test_a_nul_in_a_path_key_answers_404(client_for, owner, path):
     response = client_for(owner, "read", "write").get(path)
     assert response.status_code == 404
     assert _error_of(response)["error"] == "not_found"
+
+
+# --- Bodies without a Content-Length (issue #10 §3) ------------------------------------
+
+
+class _CountingInput(io.BytesIO):
+    """A server's ``wsgi.input`` that remembers how much was read from it."""
+
+    taken = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        data = super().read(size)
+        self.taken += len(data)
+        return data
+
+
+def _post_chunked(client: Any, path: str, body: bytes, *, terminated: bool) -> Any:
+    """POST ``body`` as a server hands a chunked request to Django: no CONTENT_LENGTH, and
+    with ``terminated`` the server's word that the input ends where the body does."""
+    environ: dict[str, Any] = {"wsgi.input": _CountingInput(body), "CONTENT_LENGTH": ""}
+    if terminated:
+        environ["wsgi.input_terminated"] = True
+    return client.generic(
+        "POST",
+        path,
+        body,
+        content_type="application/json",
+        HTTP_TRANSFER_ENCODING="chunked",
+        **environ,
+    )
+
+
+def test_a_chunked_hook_body_is_read_when_the_server_ends_the_input(client_for, owner):
+    body = json.dumps(payload("user_prompt_submit", session_id="chunked")).encode()
+    response = _post_chunked(client_for(owner, "ingest"), HOOK_URL, body, terminated=True)
+    assert response.status_code == 200, response.content
+    assert Session.objects.filter(owner=owner, session_key="chunked").exists()
+
+
+def test_a_chunked_checkpoint_body_is_read_when_the_server_ends_the_input(client_for, owner):
+    body = json.dumps({"session_key": "s", "digest": "chunked"}).encode()
+    response = _post_chunked(client_for(owner, "write"), "/api/checkpoints/", body, terminated=True)
+    assert response.status_code == 201, response.content
+    assert response.json()["digest"] == "chunked"
+
+
+@pytest.mark.parametrize("path", [HOOK_URL, "/api/checkpoints/"])
+def test_a_chunked_body_over_the_limit_answers_413_unread(client_for, owner, settings, path):
+    settings.SIGNET_MAX_BODY_BYTES = 10_000
+    body = json.dumps({"session_key": "s", "digest": "x" * 50_000}).encode()
+    client = client_for(owner, "ingest", "write")
+    environ = {"wsgi.input": _CountingInput(body), "wsgi.input_terminated": True}
+    response = client.generic(
+        "POST", path, body, content_type="application/json",
+        HTTP_TRANSFER_ENCODING="chunked", CONTENT_LENGTH="", **environ,
+    )  # fmt: skip
+    assert response.status_code == 413
+    assert _error_of(response)["error"] == "too_large"
+    assert environ["wsgi.input"].taken == 10_001  # read no further than needed to know
+    assert not Checkpoint.objects.exists()
+
+
+def test_a_chunked_body_at_the_limit_is_read(client_for, owner, settings):
+    body = json.dumps({"session_key": "s", "digest": "x"}).encode()
+    settings.SIGNET_MAX_BODY_BYTES = len(body)
+    response = _post_chunked(client_for(owner, "write"), "/api/checkpoints/", body, terminated=True)
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize("path", [HOOK_URL, "/api/checkpoints/"])
+def test_a_chunked_body_the_server_does_not_end_answers_411(client_for, owner, path):
+    body = json.dumps(payload("user_prompt_submit")).encode()
+    response = _post_chunked(client_for(owner, "ingest", "write"), path, body, terminated=False)
+    assert response.status_code == 411
+    assert _error_of(response)["error"] == "length_required"
+    assert not Session.objects.exists()
+
+
+def test_a_body_with_a_length_is_untouched(client_for, owner):
+    response = client_for(owner, "write").generic(
+        "POST",
+        "/api/checkpoints/",
+        json.dumps({"session_key": "s", "digest": "plain"}),
+        content_type="application/json",
+        HTTP_TRANSFER_ENCODING="identity",  # a length given alongside: the length is used
+    )
+    assert response.status_code == 201
+
+
+# --- Errors before a view is reached ----------------------------------------------------
+
+
+def test_the_error_handlers_cover_the_apis_mount_point():
+    assert reverse("api:whoami").startswith(API_PREFIX)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/"),
+        ("GET", "/api/nope/"),
+        ("POST", "/api/nope/"),
+        ("DELETE", "/api/checkpoints/a/b/c/d/"),
+        ("GET", "/api/hooks/"),
+    ],
+)
+def test_an_unknown_api_url_answers_json_404(client_for, owner, method, path):
+    response = client_for(owner, "read").generic(method, path)
+    assert response.status_code == 404
+    assert _error_of(response)["error"] == "not_found"
+
+
+def test_an_unknown_api_url_answers_json_404_without_a_token(api_client):
+    response = api_client.get("/api/nope/")
+    assert response.status_code == 404
+    assert _error_of(response)["error"] == "not_found"
+
+
+def test_other_unknown_urls_keep_the_html_404(client):
+    response = client.get("/nope/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_an_api_url_without_its_slash_still_redirects(client_for, owner):
+    response = client_for(owner, "read").get("/api/whoami")
+    assert response.status_code == 301
+    assert response["Location"] == "/api/whoami/"
+
+
+def test_the_schemas_errors_are_json_too(api_client):
+    response = api_client.post("/api/schema/")
+    assert response.status_code == 405
+    assert _error_of(response)["error"] == "method_not_allowed"
+    assert api_client.get("/api/schema/").status_code == 200  # YAML on success, as before
+
+
+def test_a_request_refused_before_routing_answers_json_400(client_for, owner):
+    response = client_for(owner, "read").get("/api/whoami/", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert _error_of(response)["error"] == "bad_request"
+
+
+def test_an_error_outside_the_views_answers_json_500_under_api(monkeypatch):
+    def broken(self: Any, request: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ViewerTimezoneMiddleware, "__call__", broken)
+    client = Client(raise_request_exception=False)
+    response = client.get("/api/whoami/")
+    assert response.status_code == 500
+    assert _error_of(response)["error"] == "server_error"
+    assert "boom" not in response.content.decode()
+    page = client.get("/login/")
+    assert page.status_code == 500
+    assert page["Content-Type"].startswith("text/html")
+
+
+# --- The same against a real gunicorn ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def migrated_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A data folder with a migrated SQLite database (and its cache table), and a token."""
+    data = tmp_path_factory.mktemp("gunicorn")
+    env = service_env(data, 0)
+    run = partial(subprocess.run, cwd=PROJECT_DIR, env=env, check=True, timeout=120)
+    run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"])
+    run([sys.executable, "manage.py", "createcachetable"])
+    made = run(
+        [sys.executable, "manage.py", "create_token", "--user", "u", "--scopes", "ingest"],
+        capture_output=True,
+        text=True,
+    )
+    return data, made.stdout.strip().splitlines()[-1]
+
+
+def _chunked_request(port: int, path: str, parts: list[bytes], token: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        # An iterable body without a length: http.client sends it chunked, one chunk a part.
+        conn.request(
+            "POST",
+            path,
+            body=iter(parts),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "worker",
+    [["--worker-class", "sync"], ["--worker-class", "gthread", "--threads", "2"]],
+    ids=["sync", "gthread"],
+)
+def test_gunicorn_reads_a_chunked_body_and_refuses_one_over_the_limit(migrated_data, worker):
+    data, token = migrated_data
+    port = free_port()
+    env = service_env(data, port, SIGNET_MAX_BODY_BYTES="20000")
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",
+            "--bind", f"127.0.0.1:{port}", "--workers", "1", *worker,
+        ],
+        cwd=PROJECT_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _chunked_request(port, "/api/nope/", [b"{}"], token)
+                break
+            except OSError:  # not listening yet
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+        body = json.dumps(payload("user_prompt_submit", session_id="chunked")).encode()
+        status, reply = _chunked_request(port, HOOK_URL, [body[:40], body[40:]], token)
+        assert status == 200, reply
+        big = b'{"session_id": "s", "x": "' + b"y" * 30_000 + b'"}'
+        status, reply = _chunked_request(port, HOOK_URL, [big[:15_000], big[15_000:]], token)
+        assert (status, json.loads(reply)["error"]) == (413, "too_large")
+        status, reply = _chunked_request(port, "/api/nope/", [b"{}"], token)
+        assert (status, json.loads(reply)["error"]) == (404, "not_found")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
 from checkpoints.admin.columns import (
     OWNER_CHARS,
@@ -41,6 +43,13 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_select_related = ["owner"]
     actions = ["revoke_tokens"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The raw secret goes from save_model to response_add of the same request, and only
+        # into that response's page: a message would carry it in the (signed, not encrypted)
+        # messages cookie, or in the session table.
+        self._raw_secrets: WeakKeyDictionary[HttpRequest, str] = WeakKeyDictionary()
+
     @admin.display(boolean=True)
     def active(self, obj: ApiToken) -> bool:
         return obj.is_active
@@ -56,12 +65,23 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
         return ", ".join(known + unknown) or "-"
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        raw = token_assign_secret(token=obj)
+        if not change:
+            self._raw_secrets[request] = token_assign_secret(token=obj)
         super().save_model(request, obj, form, change)
-        messages.warning(request, f"Token created. Copy it now, it will not be shown again: {raw}")
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """The new token's secret, shown once in this response, with the way back."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Copy the new token",
+            "token": obj,
+            "raw": self._raw_secrets.pop(request),
+            "scope_names": self.scope_names(obj),
+        }
+        return TemplateResponse(request, "admin/checkpoints/apitoken/created.html", context)
 
     @admin.action(description="Revoke selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:

@@ -1,4 +1,11 @@
-"""One error shape for every API answer: ``{"error": code, "detail": ...}``."""
+"""One error shape for every API answer: ``{"error": code, "detail": ...}``.
+
+DRF's views answer through :func:`exception_handler`. What fails before a view is reached
+(no route, a refused request, an error in a middleware) goes to Django's error handlers,
+which ``signet_site/urls.py`` points at the ``handler*`` functions here: JSON under
+``/api/``, Django's own pages elsewhere. (With ``DEBUG`` on, Django shows its technical
+pages instead of calling them, as it does for every URL.)
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,10 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, InternalError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
@@ -21,6 +31,54 @@ DATABASE_RETRY_AFTER = 30
 # PostgreSQL's SQLSTATE for a write in a read-only transaction (a standby, or a database
 # set read-only for maintenance): unavailable for now, like a lost connection.
 _READ_ONLY_SQLSTATE = "25006"
+
+# Where ``signet_site/urls.py`` mounts the API.
+API_PREFIX = "/api/"
+
+
+def error_response(code: str, detail: str, status: int) -> JsonResponse:
+    """The API's error shape, for an answer given outside a DRF view."""
+    return JsonResponse({"error": code, "detail": detail}, status=status)
+
+
+def too_large_detail() -> str:
+    return f"The body is over {settings.SIGNET_MAX_BODY_BYTES} bytes."
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler400``: a request Django refused (a bad Host header, a malformed body)."""
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    return error_response("bad_request", "The request is malformed.", 400)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler403``: PermissionDenied raised outside a DRF view."""
+    if not _is_api(request):
+        return defaults.permission_denied(request, exception)
+    return error_response("permission_denied", "You may not do this.", 403)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: a URL no route matches."""
+    if not _is_api(request):
+        return defaults.page_not_found(request, exception)
+    return error_response(
+        "not_found",
+        f"No API endpoint at {request.path}; the routes are in {API_PREFIX}schema/.",
+        404,
+    )
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: an exception outside a DRF view (Django has logged it already)."""
+    if not _is_api(request):
+        return defaults.server_error(request)
+    return error_response("server_error", "An unexpected error occurred; it has been logged.", 500)
 
 
 def _database_unavailable(exc: Exception) -> bool:
@@ -54,11 +112,13 @@ def _unexpected(exc: Exception, context: dict[str, Any]) -> Response:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Wrap DRF's handler so clients can branch on a stable ``error`` code."""
+    request = context.get("request")
+    if request is not None:
+        # An error is JSON whatever the view renders on success (the schema view: YAML).
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = JSONRenderer.media_type
     if isinstance(exc, RequestDataTooBig):
-        limit = settings.SIGNET_MAX_BODY_BYTES
-        return Response(
-            {"error": "too_large", "detail": f"The body is over {limit} bytes."}, status=413
-        )
+        return Response({"error": "too_large", "detail": too_large_detail()}, status=413)
     response = drf_exception_handler(exc, context)
     if response is None:
         return _unexpected(exc, context)

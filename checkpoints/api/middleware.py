@@ -1,0 +1,60 @@
+"""Request bodies sent without a Content-Length (``Transfer-Encoding: chunked``).
+
+Django reads ``CONTENT_LENGTH`` bytes of a body and no more, so a chunked body, which has no
+length, reads as empty. A server that de-chunks the body itself and says the input ends where
+the body does (``wsgi.input_terminated``, as gunicorn does) lets it be read to its end: up to
+the body limit, refused past it. Without that promise a read could wait for data that never
+comes, or run into the next request: 411 asks the client for a length.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import IO
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from checkpoints.api.errors import error_response, too_large_detail
+
+_READ_STEP = 64 * 1024
+
+
+def _read_to_end(stream: IO[bytes], limit: int) -> bytes | None:
+    """All of ``stream``, or None as soon as it runs past ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        part = stream.read(min(_READ_STEP, limit + 1 - size))
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+        size += len(part)
+        if size > limit:
+            return None
+
+
+class ChunkedBodyMiddleware:
+    """Give a body of unknown length its length, or refuse it (411, 413) in the API's shape."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        meta = request.META
+        if "HTTP_TRANSFER_ENCODING" not in meta or meta.get("CONTENT_LENGTH"):
+            return self.get_response(request)
+        if not meta.get("wsgi.input_terminated"):
+            return error_response(
+                "length_required",
+                "This server cannot read a body without a length: send Content-Length.",
+                411,
+            )
+        body = _read_to_end(meta["wsgi.input"], settings.SIGNET_MAX_BODY_BYTES)
+        if body is None:
+            return error_response("too_large", too_large_detail(), 413)
+        # What Django reads the body from, and what DRF checks before reading it.
+        request._stream = io.BytesIO(body)
+        meta["CONTENT_LENGTH"] = str(len(body))
+        return self.get_response(request)
