@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import RequestDataTooBig
 from django.http.request import RawPostDataException
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -82,7 +83,7 @@ class HookIngestApi(APIView):
             body = request.body
         except RawPostDataException:
             return _error("invalid_body", "The body was already read.", 400)
-        except Exception:  # RequestDataTooBig for chunked bodies without a length
+        except RequestDataTooBig:  # past Django's own limit, whatever the header said
             return _error("too_large", f"The body is over {limit} bytes.", 413)
         if len(body) > limit:
             return _error("too_large", f"The body is over {limit} bytes.", 413)
