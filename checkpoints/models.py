@@ -453,6 +453,29 @@ class HookDelivery(models.Model):
         return self.key
 
 
+class ThrottleCounter(models.Model):
+    """Requests one throttle bucket (a token's scope, an address) made in one fixed window.
+
+    Written only by ``services.throttling`` with a single upsert, so concurrent workers
+    never lose a count; rows of closed windows are deleted by the every-minute sweep.
+    """
+
+    bucket = models.CharField(max_length=150)
+    window_end = models.BigIntegerField(help_text="Unix time at which the window closes.")
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bucket", "window_end"], name="throttle_counter_bucket_window"
+            )
+        ]
+        indexes = [models.Index(fields=["window_end"], name="throttle_counter_window_end")]
+
+    def __str__(self) -> str:
+        return f"{self.bucket} until {self.window_end}: {self.count}"
+
+
 def hash_token(raw: str) -> str:
     """SHA-256 of a raw token. Tokens carry 256 random bits, so a slow KDF buys nothing."""
     return hashlib.sha256(raw.encode()).hexdigest()

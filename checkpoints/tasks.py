@@ -12,6 +12,7 @@ from checkpoints.services.retention import (
     sessions_close_idle,
     task_seconds,
 )
+from checkpoints.services.throttling import counters_delete_expired
 
 
 def checkpoint_flush_task(session_id: int) -> bool:
@@ -20,7 +21,9 @@ def checkpoint_flush_task(session_id: int) -> bool:
 
 
 def checkpoints_sweep_task() -> int:
-    """Every minute: write every pending checkpoint past its debounce."""
+    """Every minute: write every pending checkpoint past its debounce (how many), and delete
+    the throttle counters of closed windows."""
+    counters_delete_expired()
     return checkpoints_flush_due()
 
 

@@ -9,6 +9,7 @@ the data to PostgreSQL and ``REDIS_URL`` moves the cache and the task broker to 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "axes",
     "checkpoints",
 ]
 
@@ -74,6 +76,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "checkpoints.dashboard.timezone.ViewerTimezoneMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "signet_site.urls"
@@ -117,7 +121,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Cache (throttles and the config cache must be shared by every worker) ----------------
+# --- Cache (shared by every worker: the continuity config; with Redis, throttle counters) --
 REDIS_URL = env.str("REDIS_URL", default="")
 CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
@@ -160,6 +164,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Admin and dashboard sign-ins (django-axes): after AXES_FAILURE_LIMIT wrong passwords for
+# one username from one address, that pair is refused (429) for the cool-off, right password
+# or not. Other users and other addresses are unaffected. The API's tokens never go through
+# authenticate(), so they are not concerned.
+AUTHENTICATION_BACKENDS = [
+    "checkpoints.lockout.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("SIGNET_LOGIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("SIGNET_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "checkpoints.lockout.client_address"
+# Failures only: a row per successful sign-in would grow without bound.
+AXES_DISABLE_ACCESS_LOG = True
+# Axes masks "password" always, and these in the request data it stores and in its log
+# lines (a password typed into the username field must not end up in a log).
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -185,6 +207,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = SIGNET_MAX_BODY_BYTES
 SIGNET_MAX_STATE_BYTES = env.int("SIGNET_MAX_STATE_BYTES", default=256 * 1024)
 
 # --- REST framework -----------------------------------------------------------------------
+# Reverse proxies in front of the service that append to X-Forwarded-For. 0: the client's
+# address is REMOTE_ADDR and X-Forwarded-For is ignored (a client can write anything in it);
+# N: the N-th address from the right of X-Forwarded-For. Throttles and login lockout use it.
+SIGNET_TRUSTED_PROXIES = env.int("SIGNET_TRUSTED_PROXIES", default=0)
 REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["checkpoints.api.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["checkpoints.api.auth.HasTokenScope"],
@@ -194,8 +220,11 @@ REST_FRAMEWORK: dict[str, Any] = {
         "ingest": env.str("SIGNET_THROTTLE_INGEST", default="6000/min"),
         "read": env.str("SIGNET_THROTTLE_READ", default="600/min"),
         "write": env.str("SIGNET_THROTTLE_WRITE", default="120/min"),
+        # Per client address: the routes open without a token (the schema), and requests whose
+        # token is refused (missing credentials are refused before any counting).
         "anon": env.str("SIGNET_THROTTLE_ANON", default="60/min"),
     },
+    "NUM_PROXIES": SIGNET_TRUSTED_PROXIES,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["checkpoints.api.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",

@@ -16,15 +16,13 @@ def test_user_prompt_submit_query_count(client_for, owner, django_assert_num_que
     send(hook, payload("session_start_startup"))
     send(hook, payload("user_prompt_submit"))  # warms the token's last_used and the config
     config_get()
-    # With the default database cache (Redis takes 1-4 off the database):
+    # With the default database cache (Redis takes 2 and 3 off the database):
     #  1. token look-up by hash (last_used_at is fresh, so no write)
-    #  2. cache: throttle history read
-    #  3. cache: entry count (the database cache culls on every write)
-    #  4-7. cache: throttle history write (savepoint, key look-up, update, release)
-    #  8. cache: continuity config read
-    #  9-12. the event: savepoint, SELECT … FOR UPDATE the session, UPDATE it, release
-    #        (a real request has BEGIN/COMMIT where the test has savepoints)
-    with django_assert_num_queries(12):
+    #  2. throttle: one upsert counts the request and returns the count
+    #  3. cache: continuity config read
+    #  4-7. the event: savepoint, SELECT … FOR UPDATE the session, UPDATE it, release
+    #       (a real request has BEGIN/COMMIT where the test has savepoints)
+    with django_assert_num_queries(7):
         response = send(hook, payload("user_prompt_submit", prompt="next step please"))
     assert response.status_code == 200
     assert Session.objects.get().prompt_count == 2

@@ -1,29 +1,58 @@
-"""Per-token, per-scope throttling, with the throttle's clock patched instead of sleeping."""
+"""Per-token, per-scope throttling, with the throttle's clock patched instead of sleeping.
+
+The counting itself across processes is in ``test_throttle_processes.py``.
+"""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+
 import pytest
+from django.core.cache import caches
+from django.db import connection
 from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
+from checkpoints import tasks
 from checkpoints.api.throttles import TokenScopeThrottle
+from checkpoints.models import ApiToken, ThrottleCounter
+from checkpoints.services.throttling import counter_increment, counters_delete_expired
+from checkpoints.services.tokens import token_revoke
+from tests.test_serve import free_port
 
 pytestmark = pytest.mark.django_db
 
 WHOAMI = "/api/whoami/"
+SCHEMA = "/api/schema/"
+WINDOW_START = 1_000_020.0  # the start of a one-minute window
 
 
 @pytest.fixture
 def clock(monkeypatch):
-    now = [1_000_020.0]  # the start of a one-minute window
+    now = [WINDOW_START]
     monkeypatch.setattr(TokenScopeThrottle, "timer", lambda self: now[0])
     return now
 
 
 @pytest.fixture
-def read_rate_3_per_minute(monkeypatch):
-    rates = {**api_settings.DEFAULT_THROTTLE_RATES, "read": "3/min"}
-    monkeypatch.setattr(TokenScopeThrottle, "THROTTLE_RATES", rates)
+def rates(monkeypatch):
+    """The throttle rates, to be changed for one test: ``rates["read"] = "3/min"``."""
+    changed = dict(api_settings.DEFAULT_THROTTLE_RATES)
+    monkeypatch.setattr(TokenScopeThrottle, "THROTTLE_RATES", changed)
+    return changed
+
+
+@pytest.fixture
+def read_rate_3_per_minute(rates):
+    rates["read"] = "3/min"
+
+
+@pytest.fixture
+def anon_rate_3_per_minute(rates):
+    rates["anon"] = "3/min"
 
 
 def bearer(raw: str) -> APIClient:
@@ -63,3 +92,206 @@ def test_default_rates_leave_ingest_generous():
     read_count, read_seconds = TokenScopeThrottle().parse_rate(rates["read"])
     assert ingest_count / ingest_seconds >= 10  # ten events a second, sustained, per token
     assert ingest_count / ingest_seconds > read_count / read_seconds
+
+
+# --- The counter ----------------------------------------------------------------------------
+
+
+def test_a_counter_counts_each_request_once_per_window():
+    counts = [
+        counter_increment(bucket="read:1", duration=60, now=WINDOW_START + n).total
+        for n in range(5)
+    ]
+    assert counts == [1, 2, 3, 4, 5]
+    assert counter_increment(bucket="read:2", duration=60, now=WINDOW_START).total == 1
+    following = counter_increment(bucket="read:1", duration=60, now=WINDOW_START + 60)
+    assert following == (1, int(WINDOW_START) + 120)
+    assert ThrottleCounter.objects.count() == 3
+
+
+def test_a_long_bucket_is_counted_under_its_hash():
+    bucket = "anon:" + "9" * 400
+    assert counter_increment(bucket=bucket, duration=60, now=WINDOW_START).total == 1
+    assert counter_increment(bucket=bucket, duration=60, now=WINDOW_START).total == 2
+    stored = ThrottleCounter.objects.get()
+    assert stored.bucket.startswith("sha256:")
+
+
+def test_the_minute_sweep_deletes_the_counters_of_closed_windows():
+    counter_increment(bucket="read:1", duration=60, now=WINDOW_START)
+    counter_increment(bucket="read:1", duration=60, now=WINDOW_START + 60)
+    counter_increment(bucket="write:1", duration=3600, now=WINDOW_START)
+    assert counters_delete_expired(now=WINDOW_START + 60) == 1
+    assert sorted(ThrottleCounter.objects.values_list("bucket", "window_end")) == [
+        ("read:1", int(WINDOW_START) + 120),
+        ("write:1", 1_000_800),
+    ]
+    counters_delete_expired(now=WINDOW_START + 10_000)
+    assert not ThrottleCounter.objects.exists()
+    counter_increment(bucket="read:1", duration=60, now=0)  # a window closed long ago
+    assert tasks.checkpoints_sweep_task() == 0
+    assert not ThrottleCounter.objects.exists()
+
+
+# --- When the counter cannot count -------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_database() -> Iterator[None]:
+    """The database refuses writes, as a standby or a read-only file does; reads work.
+
+    For a test outside a transaction: PostgreSQL's setting applies from the next one on.
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET default_transaction_read_only = on")
+        else:
+            cursor.execute("PRAGMA query_only = ON")
+    yield
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET default_transaction_read_only = off")
+        else:
+            cursor.execute("PRAGMA query_only = OFF")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_only_database_refuses_requests_instead_of_passing_them_uncounted(
+    owner, make_token, request
+):
+    client = bearer(make_token(owner, "read"))
+    assert client.get(WHOAMI).status_code == 200  # the token's last use is written
+    request.getfixturevalue("read_only_database")
+    for _ in range(3):
+        response = client.get(WHOAMI)
+        assert response.status_code == 503
+        assert response.json()["error"] == "unavailable"
+        assert response["Retry-After"] == "30"
+
+
+def test_an_unreachable_redis_refuses_requests(owner, make_token, settings):
+    raw = make_token(owner, "read")
+    client = bearer(raw)
+    client.get(WHOAMI)  # the token's last use is written before the cache moves
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        },
+    }
+    response = client.get(WHOAMI)
+    assert response.status_code == 503
+    assert response.json() == {
+        "error": "unavailable",
+        "detail": "The request could not be counted against its rate limit; retry later.",
+    }
+    assert response["Retry-After"] == "30"
+
+
+# --- Anonymous clients and refused tokens, by address --------------------------------------
+
+
+@pytest.mark.usefixtures("anon_rate_3_per_minute")
+def test_a_rotating_x_forwarded_for_is_still_one_client(clock):
+    client = APIClient()
+    statuses = [
+        client.get(SCHEMA, HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code for n in range(5)
+    ]
+    assert statuses == [200, 200, 200, 429, 429]
+
+
+@pytest.mark.usefixtures("anon_rate_3_per_minute")
+def test_trusted_proxies_take_the_address_that_many_hops_from_the_right(clock, settings):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    client = APIClient()
+
+    def via_proxy(client_address: str) -> int:
+        forwarded = f"198.51.100.7, {client_address}"  # the first part is the client's to write
+        status: int = client.get(SCHEMA, HTTP_X_FORWARDED_FOR=forwarded).status_code
+        return status
+
+    assert [via_proxy("203.0.113.1") for _ in range(4)] == [200, 200, 200, 429]
+    assert via_proxy("203.0.113.2") == 200
+
+
+@pytest.mark.usefixtures("anon_rate_3_per_minute")
+@pytest.mark.parametrize(
+    "authorization",
+    ["Bearer sig_wrong", "Bearer", "Bearer a b", "Bearer caf\u00e9"],
+    ids=["unknown", "malformed", "three-parts", "not-ascii"],
+)
+def test_refused_tokens_are_throttled_per_address(authorization, clock):
+    def attempt(address: str = "192.0.2.1") -> int:
+        client = APIClient(REMOTE_ADDR=address)
+        return client.get(WHOAMI, HTTP_AUTHORIZATION=authorization).status_code
+
+    statuses = [attempt() for _ in range(5)]
+    assert statuses == [401, 401, 401, 429, 429]
+    assert attempt("192.0.2.2") == 401  # another client has its own count
+    clock[0] += 60
+    assert attempt() == 401
+
+
+@pytest.mark.usefixtures("anon_rate_3_per_minute")
+def test_a_revoked_token_is_throttled_but_a_valid_one_from_the_address_is_not(
+    owner, make_token, clock
+):
+    raw = make_token(owner, "read")
+    token_revoke(token=ApiToken.objects.get())
+    revoked = bearer(raw)
+    response = None
+    for _ in range(4):
+        response = revoked.get(WHOAMI)
+    assert response is not None
+    assert response.status_code == 429
+    assert response.json()["error"] == "throttled"
+    assert int(response["Retry-After"]) == 60
+    assert bearer(make_token(owner, "read")).get(WHOAMI).status_code == 200
+
+
+@pytest.mark.slow
+def test_redis_counts_and_expires_the_window(redis_cache):
+    counts = [
+        counter_increment(bucket="read:1", duration=60, now=WINDOW_START).total for _ in range(3)
+    ]
+    assert counts == [1, 2, 3]
+    assert not ThrottleCounter.objects.exists()
+    cache = caches["default"]
+    key = cache.make_key(f"throttle:read:1:{int(WINDOW_START) + 60}")
+    client = cache._cache.get_client(key)
+    assert int(client.get(key)) == 3
+    assert 0 < client.ttl(key) <= 62
+
+
+@pytest.fixture
+def redis_cache(settings, tmp_path):
+    """A real Redis server for the test, as the default cache (skipped without one)."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{port}/0",
+        },
+    }
+    cache = caches["default"]
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            cache._cache.get_client().ping()
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    yield cache
+    process.terminate()
+    process.wait(timeout=10)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NoReturn
 
 from django.contrib.auth.models import AbstractBaseUser
 from rest_framework import exceptions
@@ -10,6 +10,8 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from checkpoints.api.scopes import required_scope_for
+from checkpoints.api.throttles import token_failure_throttle
 from checkpoints.models import ApiToken
 from checkpoints.services.tokens import token_authenticate
 
@@ -18,7 +20,11 @@ if TYPE_CHECKING:  # rest_framework.views imports this module through api_settin
 
 
 class BearerTokenAuthentication(BaseAuthentication):
-    """``Authorization: Bearer <token>``; ``request.auth`` is the ``ApiToken``."""
+    """``Authorization: Bearer <token>``; ``request.auth`` is the ``ApiToken``.
+
+    A refused token counts against its address's ``anon`` rate: past it the answer is 429,
+    not 401 (see ``token_failure_throttle``).
+    """
 
     keyword = b"bearer"
 
@@ -27,15 +33,19 @@ class BearerTokenAuthentication(BaseAuthentication):
         if not parts or parts[0].lower() != self.keyword:
             return None
         if len(parts) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+            self._refuse(request, "Malformed Authorization header.")
         try:
             raw = parts[1].decode("ascii")
         except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("Invalid token.") from None
+            self._refuse(request, "Invalid token.")
         token = token_authenticate(raw=raw)
         if token is None:
-            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+            self._refuse(request, "Invalid or revoked token.")
         return token.owner, token
+
+    def _refuse(self, request: Request, detail: str) -> NoReturn:
+        token_failure_throttle(request=request)
+        raise exceptions.AuthenticationFailed(detail)
 
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (with this challenge) rather than 403 to missing credentials.
@@ -64,13 +74,3 @@ class HasTokenScope(BasePermission):
             return True
         self.message = f"This token lacks the '{scope}' scope."
         return False
-
-
-def required_scope_for(request: Request, view: Any) -> str | None:
-    """The scope ``view`` needs for ``request.method`` (None when it needs none)."""
-    by_method: dict[str, str] | None = getattr(view, "required_scopes", None)
-    if by_method is not None:
-        method = request.method or "GET"
-        return by_method.get(method, by_method.get("HEAD" if method == "GET" else method))
-    scope: str | None = getattr(view, "required_scope", None)
-    return scope

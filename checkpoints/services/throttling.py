@@ -1,0 +1,101 @@
+"""Throttle counters: one atomic count per (bucket, fixed window), in the database or Redis.
+
+Each request is counted and its count read back in one statement, so workers counting side
+by side never lose a request and a window lets exactly its limit through. Without Redis the
+counter is a ``ThrottleCounter`` row written by one upsert (``INSERT … ON CONFLICT DO UPDATE
+… RETURNING``, SQLite 3.35+ and PostgreSQL); with the Redis cache (``REDIS_URL``) it is a key
+raised by ``INCR`` and given its expiry in the same MULTI/EXEC.
+
+A counter that cannot count fails closed: a database error (read-only, unreachable)
+propagates, and a Redis error becomes ``CounterUnavailable``; the API answers 503 to both
+rather than letting requests through uncounted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import NamedTuple
+
+from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache
+from django.db import connections, router
+from redis.exceptions import RedisError
+
+from checkpoints.models import ThrottleCounter
+
+REDIS_KEY_FORMAT = "throttle:%(bucket)s:%(window_end)d"
+_BUCKET_MAX = ThrottleCounter._meta.get_field("bucket").max_length or 150
+
+
+class CounterUnavailable(Exception):
+    """The counter's store (Redis) could not be reached: the request cannot be counted."""
+
+
+class WindowCount(NamedTuple):
+    total: int  # requests counted in the window, the one just counted included
+    window_end: int  # Unix time at which the window closes
+
+
+def counter_increment(*, bucket: str, duration: int, now: float) -> WindowCount:
+    """Count one request in ``bucket``'s window of ``duration`` seconds that holds ``now``.
+
+    Windows are aligned on multiples of ``duration`` since the epoch, so every worker puts a
+    request in the same window. Returns the window's count after this request.
+    """
+    window_end = (int(now) // duration + 1) * duration
+    if len(bucket) > _BUCKET_MAX:  # an address header can be long; its hash is not
+        bucket = "sha256:" + hashlib.sha256(bucket.encode()).hexdigest()
+    cache = caches["default"]
+    if isinstance(cache, RedisCache):
+        count = _redis_increment(cache, bucket=bucket, window_end=window_end, now=now)
+    else:
+        count = _database_increment(bucket=bucket, window_end=window_end)
+    return WindowCount(total=count, window_end=window_end)
+
+
+def counters_delete_expired(*, now: float | None = None) -> int:
+    """Delete the database counters of windows that have closed; how many went.
+
+    Redis counters expire by themselves.
+    """
+    now = time.time() if now is None else now
+    deleted, _ = ThrottleCounter.objects.filter(window_end__lte=int(now)).delete()
+    return deleted
+
+
+def _database_increment(*, bucket: str, window_end: int) -> int:
+    connection = connections[router.db_for_write(ThrottleCounter)]
+    quote = connection.ops.quote_name
+    table = quote(ThrottleCounter._meta.db_table)
+    count = quote("count")
+    sql = (
+        f"INSERT INTO {table} ({quote('bucket')}, {quote('window_end')}, {count}) "  # noqa: S608
+        f"VALUES (%s, %s, 1) "
+        f"ON CONFLICT ({quote('bucket')}, {quote('window_end')}) "
+        f"DO UPDATE SET {count} = {table}.{count} + 1 "
+        f"RETURNING {count}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [bucket, window_end])
+        # fetchall, not fetchone: SQLite ends (and commits) the statement only once stepped
+        # past its last row.
+        rows = cursor.fetchall()
+    return int(rows[0][0])
+
+
+def _redis_increment(cache: RedisCache, *, bucket: str, window_end: int, now: float) -> int:
+    key = cache.make_key(  # any bytes make a Redis key: no memcached checks
+        REDIS_KEY_FORMAT % {"bucket": bucket, "window_end": window_end}
+    )
+    # The key outlives its window by a little, so a worker whose clock lags still finds it.
+    ttl = max(1, int(window_end - now) + 2)
+    try:
+        client = cache._cache.get_client(key, write=True)
+        with client.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, ttl)
+            count, _ = pipe.execute()
+    except RedisError as exc:
+        raise CounterUnavailable(str(exc)) from exc
+    return int(count)
