@@ -1,12 +1,13 @@
 """UserPromptSubmit through the real hook path vs a bare Django JSON view, same server.
 
-Starts the service as ``make run`` does (gunicorn + django-q2, SQLite by default, or
+Starts the service as ``make run`` does (granian + django-q2, SQLite by default, or
 ``--database-url`` for PostgreSQL), then drives 64 concurrent sessions, each sending
 prompts back to back, first at ``/bench/bare/`` and then at ``/api/hooks/claude-code/``.
 Prints requests/s and p50/p99 for both and the ratio the hook path is judged by
 (goal: >= 0.5 of the bare view's throughput, p99 under 25 ms).
 
     .venv/bin/python bench/hook_path.py [--sessions 64] [--requests 40] [--database-url URL]
+                                        [--workers N] [--threads N]
 """
 
 from __future__ import annotations
@@ -87,10 +88,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40, help="per session")
     parser.add_argument("--database-url", default="")
     parser.add_argument(
-        "--workers", type=int, default=0, help="gunicorn workers (default: serve's)"
+        "--workers", type=int, default=0, help="web server processes (default: serve's)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="threads per web process (default: serve's)"
     )
     args = parser.parse_args()
-    with running_service(database_url=args.database_url, workers=args.workers) as service:
+    with running_service(
+        database_url=args.database_url, workers=args.workers, threads=args.threads
+    ) as service:
         drive(service.url, "/bench/bare/", service.token, 8, 5)  # warm every worker
         drive(service.url, "/api/hooks/claude-code/", service.token, 8, 5)
         bare = drive(service.url, "/bench/bare/", service.token, args.sessions, args.requests)
@@ -99,7 +105,7 @@ def main() -> None:
         )
     database = "PostgreSQL" if args.database_url else "SQLite"
     print(f"hook path bench: {args.sessions} concurrent sessions x {args.requests} prompts, "
-          f"{database}, gunicorn as `make run` starts it")  # fmt: skip
+          f"{database}, the web server as `make run` starts it")  # fmt: skip
     for name, figures in (("bare Django JSON view", bare), ("UserPromptSubmit hook", hook)):
         print(
             f"  {name:24} {figures['rps']:8.1f} req/s   p50 {figures['p50_ms']:6.1f} ms   "

@@ -1,6 +1,6 @@
 """The prune on a million checkpoints, while an agent keeps posting prompts.
 
-Starts the service as ``make run`` does (gunicorn + django-q2; SQLite by default, or
+Starts the service as ``make run`` does (granian + django-q2; SQLite by default, or
 ``--database-url`` for PostgreSQL) on a fresh data folder loaded in bulk with
 ``--sessions`` sessions of ``--per-session`` checkpoints (default 20,000 x 50 = 1,000,000):
 in 95 % of the sessions all but the newest 5 checkpoints are past the 7-day retention, and
@@ -270,7 +270,7 @@ def main() -> None:
 
     print(
         f"prune bench: {args.sessions:,} sessions x {args.per_session} = {total:,} checkpoints, "
-        f"{database}, gunicorn + django-q2 as `make run` starts them"
+        f"{database}, granian + django-q2 as `make run` starts them"
     )
     load_rate = total / loaded["seconds"]
     print(f"  bulk load            {loaded['seconds']:8.1f} s ({load_rate:,.0f} rows/s)")

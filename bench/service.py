@@ -56,10 +56,11 @@ def running_service(
     *,
     database_url: str = "",
     workers: int = 0,
+    threads: int = 0,
     extra_env: dict[str, str] | None = None,
     before_serve: Callable[[dict[str, str]], None] | None = None,
 ) -> Iterator[Running]:
-    """``manage.py serve`` (gunicorn + django-q2) on a fresh data folder, with a token.
+    """``manage.py serve`` (granian + django-q2) on a fresh data folder, with a token.
 
     ``before_serve`` gets the environment once the database is migrated, to load data.
     """
@@ -79,6 +80,8 @@ def running_service(
         env["DATABASE_URL"] = database_url
     if workers:
         env["WEB_CONCURRENCY"] = str(workers)
+    if threads:
+        env["WEB_THREADS"] = str(threads)
     python = sys.executable
     subprocess.run(
         [python, "manage.py", "migrate", "--noinput", "-v0"], cwd=PROJECT, env=env, check=True

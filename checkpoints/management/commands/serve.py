@@ -3,16 +3,24 @@
 This is what ``make run`` calls. It migrates, creates the cache table, collects static
 files, switches an older SQLite file to incremental auto-vacuum (one ``VACUUM``, once),
 registers the schedules (``setup_schedules``), makes sure the admin exists, then
-starts gunicorn and the django-q2 cluster as two child processes in the foreground.
-Ctrl-C (or SIGTERM) stops both; if either dies, the other is stopped too and the command
-exits with an error.
+starts the web server (granian) and the django-q2 cluster as two child processes in the
+foreground. Ctrl-C (or SIGTERM) stops both; if either dies, the other is stopped too and
+the command exits with an error. Before any of that it checks that the port is free.
+
+Granian reads request headers in its Rust event loop and hands a request to one of a few
+threads per process only once its headers are in: a client that sends half its headers and
+waits holds a socket, not a worker, so it cannot stall ``/healthz`` or the hooks (as it did
+with gunicorn's sync workers). A body is read on the thread, so a client that trickles one
+holds that thread until it is done.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,27 +40,71 @@ from checkpoints.services.retention import sqlite_prepare
 
 STOP_GRACE_SECONDS = 15
 READY_TIMEOUT_SECONDS = 60
+DEFAULT_THREADS = 8
+# The path without its query string: a ``?token=`` or a search never reaches the log.
+ACCESS_LOG_FORMAT = (
+    '[%(time)s] %(addr)s "%(method)s %(path)s %(protocol)s" %(status)d %(dt_ms).1fms'
+)
 
 
 def default_workers() -> int:
-    """Gunicorn's usual 2 x cores + 1, capped: each sync worker holds one connection."""
-    return min(2 * (os.cpu_count() or 1) + 1, 9)
+    """One web process per core, at most 4: each serves its requests on threads."""
+    return min(os.cpu_count() or 1, 4)
+
+
+def port_check(host: str, port: int) -> None:
+    """Raise CommandError, naming the port, when ``host:port`` cannot be listened on.
+
+    Without it a second ``make run`` on a busy port found the first instance answering its
+    readiness check and announced itself as running before its own server failed.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise CommandError(f"cannot listen on {host}:{port}: {exc}. Set HOST.") from exc
+    with socket.socket(family, kind, proto) as sock:
+        # As the server binds: a connection of a stopped instance in TIME_WAIT is no obstacle.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            reason = (
+                "is already in use (another Signet Continuity, or another program)"
+                if exc.errno == errno.EADDRINUSE
+                else f"cannot be listened on ({exc.strerror})"
+            )
+            raise CommandError(
+                f"port {port} on {host} {reason}. Stop that, or choose another port: "
+                f"PORT={port + 1 if port < 65535 else 8001} make run"
+            ) from exc
 
 
 class Command(BaseCommand):
-    help = "Migrate, ensure the admin, and run gunicorn + the django-q2 cluster in the foreground."
+    help = "Migrate, ensure the admin, and run granian + the django-q2 cluster in the foreground."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument(
-            "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "0"))
+            "--workers",
+            type=int,
+            default=int(os.environ.get("WEB_CONCURRENCY", "0")),
+            help="Web server processes (default: one per core, at most 4).",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=int(os.environ.get("WEB_THREADS", str(DEFAULT_THREADS))),
+            help="Request threads per web server process.",
         )
         parser.add_argument("--no-scheduler", action="store_true", help="Web server only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = options["host"], options["port"]
         workers = options["workers"] or default_workers()
+        port_check(host, port)
         self.stdout.write("Preparing the database and static files…")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("createcachetable", verbosity=0)
@@ -80,13 +132,20 @@ class Command(BaseCommand):
         try:
             children["web server"] = subprocess.Popen(  # noqa: S603 (fixed argv, no shell)
                 [
-                    sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",
-                    "--bind", f"{host}:{port}",
+                    sys.executable, "-m", "granian", "signet_site.wsgi:application",
+                    "--interface", "wsgi",
+                    "--http", "1",
+                    "--no-ws",
+                    "--host", host,
+                    "--port", str(port),
                     "--workers", str(workers),
-                    "--timeout", "30",
-                    "--graceful-timeout", "10",
-                    "--access-logfile", "-",
-                    "--no-control-socket",
+                    "--blocking-threads", str(options["threads"]),
+                    # No --backpressure: it counts connections whose headers are still
+                    # coming, so a few idle clients would hold /healthz off again.
+                    "--respawn-failed-workers",
+                    "--workers-kill-timeout", "10",
+                    "--access-log",
+                    "--access-log-fmt", ACCESS_LOG_FORMAT,
                 ],
                 cwd=project_dir,
                 start_new_session=True,
@@ -141,7 +200,7 @@ class Command(BaseCommand):
         return False
 
     def _stop(self, children: list[subprocess.Popen[bytes]]) -> None:
-        # SIGTERM to each leader only: gunicorn's master and django-q2's sentinel stop their
+        # SIGTERM to each leader only: granian's main process and django-q2's sentinel stop their
         # own workers; signalling the whole group makes the sentinel wait on dead children.
         for child in children:
             if child.poll() is None:
