@@ -179,6 +179,8 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "checkpoints.lockout.client_address"
 # Failures only: a row per successful sign-in would grow without bound.
 AXES_DISABLE_ACCESS_LOG = True
+# No banner on every manage.py command.
+AXES_VERBOSE = False
 # Axes masks "password" always, and these in the request data it stores and in its log
 # lines (a password typed into the username field must not end up in a log).
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
