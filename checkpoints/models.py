@@ -7,6 +7,7 @@ and a deployment may run several hosts, so every counter is a column updated ato
 from __future__ import annotations
 
 import hashlib
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -105,8 +106,23 @@ class Session(models.Model):
     # Prompts, edits or notes arrived since the last checkpoint: only then is one worth
     # writing (an idle session must not bury a good checkpoint under an empty one).
     changed_since_checkpoint = models.BooleanField(default=False)
+    # Context usage as the client last reported it (``signet.usage``), against the window of
+    # the session's model; unknown again once the session compacts.
     context_tokens = models.PositiveIntegerField(null=True, blank=True)
     context_percent = models.FloatField(null=True, blank=True)
+    context_window = models.PositiveIntegerField(null=True, blank=True)
+    # Per compaction cycle (cleared when the next one opens): bit i set once the i-th
+    # pressure threshold (notice, warning, critical) was reminded of, or the i-th token
+    # checkpoint threshold marked its checkpoint.
+    pressure_reminders_sent = models.PositiveSmallIntegerField(default=0)
+    token_checkpoints_marked = models.PositiveSmallIntegerField(default=0)
+    # The latest reminder, and whether an agent checkpoint followed it within
+    # ``pressure_acted_turns`` prompts (None: no reminder yet, or still within them).
+    pressure_reminder_level = models.CharField(max_length=16, blank=True)
+    pressure_reminder_prompt = models.PositiveIntegerField(null=True, blank=True)
+    pressure_agent_acted = models.BooleanField(null=True, blank=True)
+    pressure_reminder_count = models.PositiveIntegerField(default=0)
+    pressure_acted_count = models.PositiveIntegerField(default=0)
     ignored_event_count = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -235,6 +251,48 @@ class Injection(models.Model):
         return f"{self.size_chars} chars into {self.session} ({self.source})"
 
 
+PRESSURE_TEXT_MAX_CHARS = 1000
+PRESSURE_NOTICE_TEXT = (
+    "Context note: this session has used about {percent}% of its context window. "
+    "When you reach a natural stopping point, consider saving your progress with the "
+    "session_digest tool."
+)
+PRESSURE_WARNING_TEXT = (
+    "Context warning: about {percent}% of the context window is used. Save your progress "
+    "soon with the session_digest tool (task, decisions, open questions, next steps), so "
+    "that nothing is lost when the context is compacted."
+)
+PRESSURE_CRITICAL_TEXT = (
+    "Context critical: about {percent}% of the context window is used and compaction is "
+    "imminent. Call session_digest now with your current task, decisions, open questions "
+    "and next steps, before doing anything else."
+)
+# Bit masks of per-cycle thresholds live in a small integer column.
+MAX_TOKEN_CHECKPOINTS = 8
+
+
+def percent_list(value: str) -> list[int]:
+    """The percentages of a ``"25, 50, 75"`` setting; ValueError unless they rise in 1-100."""
+    items = [part.strip() for part in value.split(",") if part.strip()]
+    if not all(item.isdigit() for item in items):
+        raise ValueError("Use whole percentages separated by commas, e.g. 25, 50, 75.")
+    numbers = [int(item) for item in items]
+    if len(numbers) > MAX_TOKEN_CHECKPOINTS:
+        raise ValueError(f"At most {MAX_TOKEN_CHECKPOINTS} percentages.")
+    if any(not 1 <= number <= 100 for number in numbers):
+        raise ValueError("Each percentage must be between 1 and 100.")
+    if any(low >= high for low, high in itertools.pairwise(numbers)):
+        raise ValueError("The percentages must rise.")
+    return numbers
+
+
+def validate_percent_list(value: str) -> None:
+    try:
+        percent_list(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
 class ContinuityConfig(models.Model):
     """The one row of checkpoint and recovery policy, edited in the admin.
 
@@ -315,6 +373,47 @@ class ContinuityConfig(models.Model):
     pressure_critical_percent = models.PositiveSmallIntegerField(
         default=90, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
+    pressure_notice_text = models.TextField(
+        max_length=PRESSURE_TEXT_MAX_CHARS,
+        default=PRESSURE_NOTICE_TEXT,
+        help_text="Injected once per compaction cycle at the notice threshold. "
+        "{percent}, {tokens} and {window} are replaced.",
+    )
+    pressure_warning_text = models.TextField(
+        max_length=PRESSURE_TEXT_MAX_CHARS,
+        default=PRESSURE_WARNING_TEXT,
+        help_text="Injected once per compaction cycle at the warning threshold.",
+    )
+    pressure_critical_text = models.TextField(
+        max_length=PRESSURE_TEXT_MAX_CHARS,
+        default=PRESSURE_CRITICAL_TEXT,
+        help_text="Injected once per compaction cycle at the critical threshold.",
+    )
+    pressure_acted_turns = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="An agent checkpoint within this many prompts of a reminder counts as the "
+        "agent acting on it (recorded only; nothing is forced).",
+    )
+    token_checkpoint_percents = models.CharField(
+        max_length=64,
+        default="25, 50, 75",
+        blank=True,
+        validators=[validate_percent_list],
+        help_text="A periodic checkpoint is marked when the context reaches each of these "
+        "percentages of the window, once per compaction cycle (empty: never).",
+    )
+    context_window_default = models.PositiveIntegerField(
+        default=200_000,
+        validators=[MinValueValidator(1000)],
+        help_text="Context window (tokens) of a model, unless the one below applies.",
+    )
+    context_window_1m = models.PositiveIntegerField(
+        default=1_000_000,
+        validators=[MinValueValidator(1000)],
+        help_text="Context window of a model whose name contains [1m], or of a session "
+        "that reported more tokens than the default window holds.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -375,6 +474,14 @@ class ContinuityConfig(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def token_checkpoint_thresholds(self) -> list[int]:
+        """``token_checkpoint_percents`` as numbers (none if the row holds a bad value)."""
+        try:
+            return percent_list(self.token_checkpoint_percents)
+        except ValueError:
+            return []
 
     @property
     def time_interval(self) -> timedelta:

@@ -1,7 +1,7 @@
 """Write (or remove) Signet's hooks in a harness's settings file.
 
 Claude Code: ``http`` hooks for most events, and ``command`` hooks running ``signet_hook.py``
-for SessionStart (which cannot be an http hook) and PreCompact (the client reads the
+for SessionStart (which cannot be an http hook), PreCompact and Stop (the client reads the
 transcript on the agent's machine: the server never opens a file a request names). The merge
 keeps every foreign hook and setting in place, is idempotent (a second run changes no byte and
 writes no second backup) and replaces Signet's own entries, found by their URL path or script
@@ -60,13 +60,15 @@ HOOK_BOOTSTRAP = (
 # short. SessionStart cannot be an http hook. PreCompact writes the emergency checkpoint,
 # the one the next session depends on: a command, because the client reads the transcript
 # where it is (the server never opens a file a request names), with time for a slow server.
+# Stop is a command for the same reason: it sends the context usage of the turn's last
+# response, read from the transcript's tail.
 CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
     ("SessionStart", "startup|resume|clear|compact", 10, "command"),
     ("UserPromptSubmit", None, 5, "http"),
     ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, "http"),
     ("PreCompact", None, 30, "command"),
     ("PostCompact", None, 10, "http"),
-    ("Stop", None, 10, "http"),
+    ("Stop", None, 10, "command"),
     ("SessionEnd", None, 5, "http"),
 )
 # What the hook client itself may spend, under each command's timeout above (its watchdog

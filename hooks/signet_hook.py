@@ -13,8 +13,9 @@ It POSTs the payload to ``{url}/api/hooks/{harness}/`` with the bearer token rea
 environment variable named by ``--token-env``, and prints the server's JSON reply (what the
 harness expects on stdout, e.g. ``{"hookSpecificOutput": {...}}``) or nothing at all.
 It adds a ``signet`` object of what only this machine can know: the project's real path, git
-top-level, branch and head, and with PreCompact the facts of the transcript's tail
-(``transcripts/claude_code.py``): the server never opens a file a request names.
+top-level, branch and head, with PreCompact the facts of the transcript's tail and with
+Stop its context usage (``transcripts/claude_code.py``): the server never opens a file a
+request names.
 
 Fail-open: whatever happens (server down, bad input, missing token, a bug here), the exit
 code is 0, stdout holds a JSON object or nothing, and stderr at most one short line.
@@ -470,6 +471,23 @@ def transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
         from transcripts.claude_code import read_transcript  # type: ignore[import-not-found,no-redef]
     facts = read_transcript(path)
     return None if facts is None else facts.as_payload()
+
+
+def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"context_tokens": N, "model": "..."}`` of the last response in the payload's Claude
+    Code transcript, or None: sent as ``signet.usage`` so the server can remind the agent of
+    its context pressure. Only Stop sends it; it runs after every turn, so only the last
+    256 KiB are read, and only the lines that can hold a usage are parsed.
+    """
+    path = payload.get("transcript_path")
+    if payload.get("hook_event_name") != "Stop" or not isinstance(path, str) or not path:
+        return None
+    # The light module: the full reader's imports would cost more than the request.
+    if __package__:
+        from .transcripts.usage import read_usage
+    else:
+        from transcripts.usage import read_usage  # type: ignore[import-not-found,no-redef]
+    return read_usage(path, loads=_loads)
 
 
 # --- HTTP -----------------------------------------------------------------------------------
@@ -1051,6 +1069,12 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
             transcript = None
         if transcript is not None:
             payload["signet"]["transcript"] = transcript
+        try:
+            usage = usage_extract(payload)
+        except Exception:  # as above: the event goes without it
+            usage = None
+        if usage is not None:
+            payload["signet"]["usage"] = usage
     key = _new_key()
 
     def queue() -> None:

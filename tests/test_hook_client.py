@@ -1001,3 +1001,184 @@ def test_the_common_path_imports_no_heavy_module(env):
         "typing", "urllib", "uuid",
     }  # fmt: skip
     assert set(proc.stderr.decode().split()) & heavy == set()
+
+
+# --- Stop: the context usage of the turn's last response ------------------------------------
+
+STOP = json.loads((FIXTURES / "stop.json").read_text())
+
+
+def assistant_line(
+    message_id: str, request_id: str, tokens: int, *, text: str = "ok", sidechain: bool = False
+) -> dict[str, Any]:
+    """One content block of a response, as Claude Code writes it: every block of a response
+    repeats its id, request id and usage."""
+    return {
+        "type": "assistant",
+        "isSidechain": sidechain,
+        "requestId": request_id,
+        "message": {
+            "model": "claude-sonnet-4-6",
+            "id": message_id,
+            "content": [{"type": "text", "text": text}],
+            "usage": {
+                "input_tokens": 2,
+                "cache_read_input_tokens": tokens,
+                "cache_creation_input_tokens": 100,
+                "output_tokens": 50,
+            },
+        },
+    }
+
+
+def write_transcript(path: Path, *records: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(record, separators=(",", ":")) + "\n" for record in records))
+    return path
+
+
+def stop_with(transcript: Path) -> bytes:
+    return json.dumps({**STOP, "transcript_path": str(transcript)}).encode()
+
+
+def test_stop_sends_the_usage_of_the_last_response_counted_once(env, tmp_path):
+    transcript = write_transcript(
+        tmp_path / "t.jsonl",
+        assistant_line("msg_a", "req_a", 10_000),
+        # One response split into three lines: its usage counts once, not three times.
+        assistant_line("msg_b", "req_b", 30_000, text="first block"),
+        assistant_line("msg_b", "req_b", 30_000, text="second block"),
+        {"type": "user", "message": {"content": [{"type": "tool_result", "content": "usage"}]}},
+        assistant_line("msg_b", "req_b", 30_000, text="third block"),
+        # A subagent's context is its own; an older response replayed does not win either.
+        assistant_line("msg_s", "req_s", 99_000, sidechain=True),
+        assistant_line("msg_a", "req_a", 10_000),
+    )
+    with recording_server() as (url, received):
+        proc = run_hook(env, stop_with(transcript), "--url", url)
+
+    assert proc.returncode == 0
+    assert proc.stderr == b""
+    assert received[0].body["signet"]["usage"] == {
+        "context_tokens": 30_102,
+        "model": "claude-sonnet-4-6",
+    }
+    assert "transcript" not in received[0].body["signet"]
+
+
+def test_stop_after_a_compaction_sends_no_usage_until_a_response_follows(env, tmp_path):
+    boundary = {"type": "system", "subtype": "compact_boundary", "isSidechain": False}
+    transcript = write_transcript(
+        tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 150_000), boundary
+    )
+    with recording_server() as (url, received):
+        run_hook(env, stop_with(transcript), "--url", url)
+        write_transcript(transcript, boundary, assistant_line("msg_c", "req_c", 8_000))
+        run_hook(env, stop_with(transcript), "--url", url)
+
+    assert "usage" not in received[0].body["signet"]
+    assert received[1].body["signet"]["usage"]["context_tokens"] == 8_102
+
+
+def test_stop_reads_only_the_tail_of_a_long_transcript(env, tmp_path):
+    filler = {"type": "user", "message": {"content": "x" * 1000}}
+    transcript = write_transcript(
+        tmp_path / "t.jsonl",
+        assistant_line("msg_old", "req_old", 1),
+        *[filler] * 600,  # 600 KB: the old response lies beyond the 256 KiB tail
+    )
+    with recording_server() as (url, received):
+        run_hook(env, stop_with(transcript), "--url", url)
+        with transcript.open("a") as handle:
+            handle.write(json.dumps(assistant_line("msg_new", "req_new", 42_000)) + "\n")
+        run_hook(env, stop_with(transcript), "--url", url)
+
+    assert "usage" not in received[0].body["signet"]
+    assert received[1].body["signet"]["usage"]["context_tokens"] == 42_102
+
+
+@pytest.mark.parametrize("path", ["/nonexistent/t.jsonl", "", "/dev/null", 7])
+def test_stop_without_a_readable_transcript_is_sent_without_usage(env, path):
+    with recording_server() as (url, received):
+        proc = run_hook(env, json.dumps({**STOP, "transcript_path": path}).encode(), "--url", url)
+
+    assert proc.returncode == 0
+    assert proc.stdout == b""
+    assert len(received) == 1
+    assert "usage" not in received[0].body["signet"]
+
+
+def test_stop_with_the_server_down_exits_0_silently_and_queues_the_usage(env, outbox, tmp_path):
+    transcript = write_transcript(tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 70_000))
+    started = time.monotonic()
+
+    proc = run_hook(env, stop_with(transcript), "--url", closed_port_url())
+
+    assert proc.returncode == 0
+    assert proc.stdout == b""
+    assert len(proc.stderr.splitlines()) == 1
+    assert b"Traceback" not in proc.stderr
+    assert time.monotonic() - started < 10
+    [entry] = outbox_entries(outbox)
+    assert entry["body"]["hook_event_name"] == "Stop"
+    assert entry["body"]["signet"]["usage"]["context_tokens"] == 70_102
+
+
+def test_stop_prints_the_servers_json_reply_or_nothing(env, tmp_path):
+    transcript = write_transcript(tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 5))
+    with recording_server((200, b"{}"), (200, b"")) as (url, _):
+        replied = run_hook(env, stop_with(transcript), "--url", url)
+        empty = run_hook(env, stop_with(transcript), "--url", url)
+
+    assert replied.stdout == b"{}"
+    assert empty.stdout == b""
+    assert replied.returncode == empty.returncode == 0
+
+
+def test_a_usage_reader_failure_costs_only_the_usage(monkeypatch, outbox, tmp_path):
+    monkeypatch.setenv("SIGNET_TOKEN", TOKEN)
+    monkeypatch.setenv("SIGNET_OUTBOX", str(outbox))
+    from hooks.transcripts import usage as reader
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(reader, "read_usage", broken)
+    transcript = write_transcript(tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 5))
+    with recording_server() as (url, received):
+        message = signet_hook.run(
+            ["--url", url, "claude-code"],
+            stdin=io.BytesIO(stop_with(transcript)),
+            stdout=io.BytesIO(),
+            watchdog=False,
+        )
+
+    assert message == ""
+    assert len(received) == 1
+    assert "usage" not in received[0].body["signet"]
+
+
+def test_the_stop_path_imports_no_heavy_module_either(env, tmp_path):
+    # Stop runs after every turn: reading the usage must not pull in json, re, dataclasses…
+    transcript = write_transcript(tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 5))
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
+    )
+    with recording_server() as (url, received):
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
+            input=stop_with(transcript),
+            capture_output=True,
+            env=env,
+            cwd=PROJECT_DIR,
+            timeout=15,
+            check=False,
+        )
+
+    assert received[0].body["signet"]["usage"]["context_tokens"] == 107
+    heavy = {
+        "argparse", "collections", "contextlib", "dataclasses", "datetime", "email", "enum",
+        "functools", "http", "json", "pathlib", "re", "socket", "tempfile", "threading",
+        "typing", "urllib", "uuid",
+    }  # fmt: skip
+    assert set(proc.stderr.decode().split()) & heavy == set()

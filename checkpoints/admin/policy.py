@@ -75,8 +75,22 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
             {
                 "fields": [
                     "pressure_notice_percent",
+                    "pressure_notice_text",
                     "pressure_warning_percent",
+                    "pressure_warning_text",
                     "pressure_critical_percent",
+                    "pressure_critical_text",
+                    "pressure_acted_turns",
+                ]
+            },
+        ),
+        (
+            "Context windows and token checkpoints",
+            {
+                "fields": [
+                    "context_window_default",
+                    "context_window_1m",
+                    "token_checkpoint_percents",
                 ]
             },
         ),

@@ -76,6 +76,18 @@ class TranscriptExtract:
 
 
 @dataclass(frozen=True)
+class ContextUsage:
+    """How full the agent's context is, as its client reported it (``signet.usage``).
+
+    ``model`` names the model the tokens were counted for ('' when the client did not say);
+    the server picks the context window from it. Raw here, as in ``Event``.
+    """
+
+    context_tokens: int
+    model: str = ""
+
+
+@dataclass(frozen=True)
 class Event:
     """One hook event, normalised. Strings are raw here; the engine redacts before storing."""
 
@@ -99,6 +111,7 @@ class Event:
     last_assistant_message: str = ""
     previous_session_key: str = ""
     transcript: TranscriptExtract | None = None
+    usage: ContextUsage | None = None
     # When a client's outbox held the event: set only on a replay, which may come hours late.
     queued_at: datetime | None = None
     extra: dict[str, Any] = field(default_factory=dict)

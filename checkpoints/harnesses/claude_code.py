@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from checkpoints.harnesses.base import (
+    ContextUsage,
     Event,
     EventKind,
     Outcome,
@@ -36,6 +37,9 @@ CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "Us
 # What ``signet.transcript`` may hold: the client reader's own bounds, checked again here.
 TRANSCRIPT_ITEMS = 100
 TRANSCRIPT_TEXT_CHARS = 4000
+# ``signet.usage.context_tokens`` is kept up to the column's range on PostgreSQL.
+USAGE_MAX_TOKENS = 2**31 - 1
+USAGE_MODEL_CHARS = 128
 
 
 def _text(payload: dict[str, Any], key: str, *, required: bool = False, where: str = "") -> str:
@@ -106,6 +110,25 @@ def _transcript(client: dict[str, Any]) -> TranscriptExtract | None:
     )
 
 
+def usage_parse(client: dict[str, Any]) -> ContextUsage | None:
+    """``signet.usage``: ``{"context_tokens": N, "model": "..."}`` from any client that counts
+    its context (the Claude Code hook client reads it from the transcript at Stop)."""
+    usage = client.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise PayloadError("'signet.usage' must be an object.")
+    tokens = usage.get("context_tokens")
+    if tokens is None:
+        return None
+    if isinstance(tokens, bool) or not isinstance(tokens, int | float) or tokens != tokens:
+        raise PayloadError("'signet.usage.context_tokens' must be a number.")
+    if tokens < 0:
+        raise PayloadError("'signet.usage.context_tokens' must not be negative.")
+    model = _text(usage, "model", where="signet.usage.")[:USAGE_MODEL_CHARS]
+    return ContextUsage(context_tokens=int(min(tokens, USAGE_MAX_TOKENS)), model=model)
+
+
 def _identifier(payload: dict[str, Any], key: str, *, required: bool = False) -> str:
     value = _text(payload, key, required=required).strip()
     if not value and not required:
@@ -153,6 +176,7 @@ class ClaudeCodeAdapter:
             "git_head": _text(client, "git_head"),
             "previous_session_key": _identifier(client, "previous_session_key"),
             "queued_at": _queued_at(client),
+            "usage": usage_parse(client),
         }
         if kind is EventKind.SESSION_START:
             return Event(**common, source=_text(payload, "source"))

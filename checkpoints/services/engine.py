@@ -28,7 +28,14 @@ from checkpoints.services.pending import (
     pending_enqueue,
     pending_flush_if_due,
     pending_flush_now,
+    pending_mark,
     pending_mark_if_due,
+)
+from checkpoints.services.pressure import (
+    pressure_acted_expire,
+    pressure_reminder,
+    pressure_reset,
+    pressure_usage_record,
 )
 from checkpoints.services.recovery import injection_record, recovery_prepare
 from checkpoints.services.redaction import redact_clip
@@ -72,6 +79,17 @@ PROMPT_FIELDS = (
     "previous_session_id",
     "ended_at",
     "end_reason",
+    # Context pressure: the usage a prompt may carry, its reminder and token checkpoints.
+    "model",
+    "context_tokens",
+    "context_percent",
+    "context_window",
+    "pressure_reminders_sent",
+    "token_checkpoints_marked",
+    "pressure_reminder_level",
+    "pressure_reminder_prompt",
+    "pressure_agent_acted",
+    "pressure_reminder_count",
 )
 REMEMBER_PREFIXES = ("/remember", "#")
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
@@ -140,7 +158,15 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         # waited for the lock must not look like it lies in our future.
         if not replayed:
             now = max(now, timezone.now())
+        # A late usage is stale: the context has moved on since it was counted.
+        usage_marked = (
+            event.usage is not None
+            and not replayed
+            and pressure_usage_record(session=session, usage=event.usage, config=config)
+            and pending_mark(session=session, now=now)
+        )
         step = HANDLERS[event.kind](session, event, config, now, content)
+        step.newly_pending = step.newly_pending or usage_marked
         session.last_activity_at = max(now, session.last_activity_at) if replayed else now
         session.save()
         if step.newly_pending:
@@ -176,6 +202,11 @@ def _event_prepare(event: Event) -> Event:
         compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),
         last_assistant_message=redact_clip(event.last_assistant_message, MESSAGE_KEEP_CHARS),
         files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
+        usage=None
+        if event.usage is None
+        else dataclasses.replace(
+            event.usage, model=_redacted_field(event.usage.model, MODEL_KEEP_CHARS)
+        ),
     )
 
 
@@ -285,7 +316,8 @@ def _compaction_mark(session: Session, seen: int, now: datetime) -> None:
     already seen one like it or began more than ``COMPACTION_CYCLE_WINDOW`` ago; otherwise
     it opens the next cycle (one more compaction). While the cycle's recovery has not been
     injected, the next event that can inject owes it (``recovery_due``): so exactly one
-    injection per cycle, at SessionStart(compact) or else at the first prompt.
+    injection per cycle, at SessionStart(compact) or else at the first prompt. A new cycle
+    also clears the context pressure of the last one (``pressure_reset``).
     """
     started = session.compaction_started_at
     same_cycle = (
@@ -298,6 +330,7 @@ def _compaction_mark(session: Session, seen: int, now: datetime) -> None:
         session.compaction_events = 0
         session.compaction_recovered = False
         session.compaction_count += 1
+        pressure_reset(session=session)
     session.compaction_events |= seen
     session.recovery_due = not session.compaction_recovered
 
@@ -359,12 +392,21 @@ def _on_prompt(
             queries = [query for query in session.recent_queries if query != terms]
             session.recent_queries = _push(queries, terms, MAX_QUERIES)
     step = _Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
+    pressure_acted_expire(session=session, config=config)
+    if event.queued_at is not None:
+        return step
     # Owed when a compaction's SessionStart injected nothing, or no SessionStart came at all.
-    if session.recovery_due and event.queued_at is None:
+    if session.recovery_due:
         session.recovery_due = False
         step.context = _recovery_context(session, config, now, "prompt")
         if step.context:
             session.compaction_recovered = True
+    # Both fit: the recovery context stays within its reserve of the inject budget.
+    separator = "\n\n" if step.context else ""
+    room = config.inject_budget_chars - len(step.context) - len(separator)
+    reminder = pressure_reminder(session=session, config=config, room=room)
+    if reminder:
+        step.context = f"{step.context}{separator}{reminder}"
     return step
 
 

@@ -53,6 +53,15 @@ def pending_mark_if_due(*, session: Session, config: ContinuityConfig, now: date
     since_time = now - (session.last_checkpoint_at or session.started_at)
     if since_prompts < config.prompt_interval and since_time < config.time_interval:
         return False
+    return pending_mark(session=session, now=now)
+
+
+def pending_mark(*, session: Session, now: datetime) -> bool:
+    """Mark a periodic checkpoint pending now (its interval or a token threshold came);
+    True when this call marked it, False when one already is (the write takes the latest
+    state). Claims the slot: the prompt and time intervals count afresh from here."""
+    if session.checkpoint_pending_since is not None:
+        return False
     session.checkpoint_pending_since = now
     session.last_checkpoint_prompt = session.prompt_count
     session.last_checkpoint_at = now

@@ -20,6 +20,7 @@ from django.utils import timezone
 from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
+from checkpoints.services.pressure import pressure_agent_checkpointed
 from checkpoints.services.redaction import redact, redact_clip, redact_data
 from checkpoints.services.sessions import SessionSeed, session_lock
 
@@ -224,6 +225,8 @@ def checkpoint_capture(
         checkpoint = checkpoint_write(
             session=session, trigger=trigger, config=config, now=now, content=content
         )
+        if trigger == Trigger.AGENT:
+            pressure_agent_checkpointed(session=session, config=config)
         session.last_activity_at = now
         session.save()
     return checkpoint

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .usage import SYNTHETIC_MODEL, UsageTracker, is_tool_result, iter_lines, read_tail
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 
@@ -29,8 +30,6 @@ MESSAGE_CHARS = 2000
 MAX_MODIFIED_FILES = 50
 MAX_TODOS = 100
 MAX_PATH_CHARS = 4096
-# Only used to spot a replayed older response; the cap keeps an endless iterable bounded.
-MAX_USAGE_KEYS = 4096
 
 # Tool name -> the input field naming the file it changes.
 EDIT_TOOLS = {
@@ -57,14 +56,8 @@ ARTIFACT_PREFIXES = (
     "This session is being continued from a previous conversation",
 )
 
-# Claude Code writes assistant lines with this model for API errors and interruptions; their
-# usage is all zeros and their text ("No response requested.") is not the agent's answer.
-SYNTHETIC_MODEL = "<synthetic>"
-
 _Json = dict[str, Any]
 
-_TOOL_RESULT_MARK = b'"toolUseResult":'
-_ASSISTANT_MARK = b'"type":"assistant"'
 # A branch with a quote or backslash in its name (escaped in JSON) just does not match here.
 _BRANCH_FIELD = re.compile(rb'"gitBranch":"([^"\\]+)"')
 
@@ -135,62 +128,26 @@ def read_transcript(
     if max_bytes < 1:
         raise ValueError("max_bytes must be positive")
     try:
-        tail = _read_tail(path, max_bytes)
+        tail = read_tail(path, max_bytes)
     except (OSError, ValueError):  # ValueError: a path with a NUL byte
         return None
     if tail is None:
         return None
     data, truncated = tail
-    return parse_lines(_iter_lines(data), truncated=truncated)
+    return parse_lines(iter_lines(data), truncated=truncated)
 
 
 def parse_lines(lines: Iterable[str | bytes], *, truncated: bool = False) -> TranscriptFacts:
     """Facts from transcript lines in file order; unreadable lines are skipped."""
     reader = _Reader()
     for raw in lines:
-        if isinstance(raw, bytes) and _is_tool_result(raw):
+        if isinstance(raw, bytes) and is_tool_result(raw):
             reader.branch_hint(raw)
             continue
         record = _decode(raw)
         if record is not None:
             reader.feed(record)
     return reader.facts(truncated=truncated)
-
-
-def _read_tail(path: str | os.PathLike[str], max_bytes: int) -> tuple[bytes, bool] | None:
-    # O_NONBLOCK keeps open() from hanging on a FIFO; it changes nothing for regular files.
-    nonblock = getattr(os, "O_NONBLOCK", 0)
-    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | nonblock)) as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        offset = max(0, info.st_size - max_bytes)
-        if offset == 0:
-            # Bounded even if the agent appends while we read.
-            return handle.read(max_bytes), False
-        # One byte early: if it is a newline the cut fell on a line start and no line is lost.
-        handle.seek(offset - 1)
-        chunk = handle.read(max_bytes + 1)
-    start = chunk.find(b"\n")
-    return (chunk[start + 1 :] if start >= 0 else b""), True
-
-
-def _iter_lines(data: bytes) -> Iterator[bytes]:
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start)
-        if end < 0:
-            end = len(data)
-        yield data[start:end]
-        start = end + 1
-
-
-def _is_tool_result(line: bytes) -> bool:
-    # Tool results (file contents, command output) are most of a transcript's bytes and none
-    # of its facts, so they are spotted without a JSON parse. A quote inside a JSON string is
-    # escaped, so these bare-quoted markers can only be the line's own keys and values; a
-    # line that might be an assistant turn is always parsed.
-    return _TOOL_RESULT_MARK in line and _ASSISTANT_MARK not in line
 
 
 def _decode(raw: str | bytes) -> _Json | None:
@@ -231,29 +188,6 @@ def _text_of(content: object) -> str:
     return "\n".join(parts)
 
 
-def _tokens(value: object) -> int | None:
-    # bool is an int subclass; a JSON true is not a token count.
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def _context_size(usage: object) -> int | None:
-    if not isinstance(usage, dict):
-        return None
-    total = _tokens(usage.get("input_tokens"))
-    if total is None:
-        return None
-    for field in ("cache_read_input_tokens", "cache_creation_input_tokens"):
-        # Older versions omit the cache fields; a present field of the wrong type is corrupt.
-        value = usage.get(field, 0)
-        count = _tokens(value)
-        if count is None:
-            return None
-        total += count
-    return total
-
-
 def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
     if not isinstance(todos, list):
         return None
@@ -289,9 +223,7 @@ class _Reader:
         self.last_assistant_message = ""
         self.git_branch = ""
         self.model = ""
-        self.context_tokens: int | None = None
-        self.usage_key: tuple[str, str] | None = None
-        self.seen_usage_keys: dict[tuple[str, str], None] = {}
+        self.usage = UsageTracker()
         self.compactions = 0
 
     def feed(self, record: _Json) -> None:
@@ -313,9 +245,7 @@ class _Reader:
             self._user(record)
         elif kind == "system" and record.get("subtype") == "compact_boundary":
             self.compactions += 1
-            # The context was just rebuilt from a summary; earlier usage no longer applies.
-            self.context_tokens = None
-            self.usage_key = None
+            self.usage.compacted()
         # "summary" (legacy), "file-history-snapshot" and bookkeeping lines carry nothing here.
 
     def branch_hint(self, line: bytes) -> None:
@@ -356,7 +286,7 @@ class _Reader:
             for block in content:
                 if isinstance(block, dict):
                     self._block(block)
-        self._usage(record, message)
+        self.usage.response(record, message)
 
     def _block(self, block: _Json) -> None:
         kind = block.get("type")
@@ -383,25 +313,6 @@ class _Reader:
                 if len(self.modified) > MAX_MODIFIED_FILES:
                     del self.modified[next(iter(self.modified))]
 
-    def _usage(self, record: _Json, message: _Json) -> None:
-        size = _context_size(message.get("usage"))
-        if size is None:
-            return
-        message_id, request_id = message.get("id"), record.get("requestId")
-        if isinstance(message_id, str) and isinstance(request_id, str):
-            key = (message_id, request_id)
-            # Every content block of one response repeats its usage; a key seen before that
-            # is not the current response is a replayed older one and must not win.
-            if key in self.seen_usage_keys and key != self.usage_key:
-                return
-            self.usage_key = key
-            self.seen_usage_keys[key] = None
-            if len(self.seen_usage_keys) > MAX_USAGE_KEYS:
-                del self.seen_usage_keys[next(iter(self.seen_usage_keys))]
-        else:
-            self.usage_key = None
-        self.context_tokens = size
-
     def facts(self, *, truncated: bool) -> TranscriptFacts:
         in_progress = [todo.content for todo in self.todos if todo.status == "in_progress"]
         current_task = (
@@ -416,7 +327,7 @@ class _Reader:
             last_assistant_message=self.last_assistant_message,
             git_branch=self.git_branch,
             model=self.model,
-            context_tokens=self.context_tokens,
+            context_tokens=self.usage.context_tokens,
             compactions=self.compactions,
             truncated=truncated,
         )
