@@ -3,6 +3,7 @@ from django.urls import include, path
 
 from checkpoints import views
 from checkpoints.api import errors
+from checkpoints.mcp.http import McpApi
 
 admin.site.site_header = "Signet Continuity"
 admin.site.site_title = "Signet Continuity admin"
@@ -13,6 +14,7 @@ urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
     path("healthz", views.healthz, name="healthz"),
     path("api/", include("checkpoints.api.urls")),
+    path("mcp/", McpApi.as_view(), name="mcp"),
     path("admin/", admin.site.urls),
 ]
 

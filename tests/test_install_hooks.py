@@ -169,6 +169,12 @@ def test_install_into_fixture_adds_every_event_and_keeps_foreign_hooks(settings_
         "_matcher": None,
     }
     assert found["PostCompact"][0]["timeout"] == 10
+    assert found["Stop"][0] == {
+        "type": "command",
+        "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),
+        "timeout": 10,
+        "_matcher": None,
+    }
     assert found["SessionEnd"][0]["timeout"] == 5
     assert found["SessionStart"][0] == {
         "type": "command",
@@ -192,7 +198,7 @@ def test_install_into_missing_file_creates_it_with_parents(tmp_path):
     settings = load(target)
     assert list(settings) == ["hooks"]
     assert list(settings["hooks"]) == EVENTS
-    assert signet_handlers(settings)["Stop"][0]["url"] == (
+    assert signet_handlers(settings)["PostCompact"][0]["url"] == (
         "http://127.0.0.1:8000/api/hooks/claude-code/"
     )
     assert backups(target.parent) == []
@@ -249,7 +255,7 @@ def test_install_keeps_foreign_hooks_in_the_same_group_and_stays_idempotent(tmp_
     stop = load(target)["hooks"]["Stop"]
     assert [len(group["hooks"]) for group in stop] == [1, 1, 1]
     assert install.is_signet_handler(stop[0]["hooks"][0])
-    assert stop[0]["hooks"][0]["url"] == "http://127.0.0.1:8000/api/hooks/claude-code/"
+    assert stop[0]["hooks"][0]["type"] == "command"  # the old http Stop, upgraded in place
     assert stop[1]["hooks"] == [foreign]
     assert stop[2] == mixed["hooks"]["Stop"][1]
 
@@ -264,8 +270,9 @@ def test_changing_url_or_token_env_replaces_instead_of_duplicating(settings_file
     assert result.changed
     assert result.removed == sorted(EVENTS)
     assert all(len(handlers) == 1 for handlers in found.values())
-    assert found["Stop"][0]["url"] == "https://signet.example/api/hooks/claude-code/"
-    assert found["Stop"][0]["headers"] == {"Authorization": "Bearer $ST"}
+    assert found["PostCompact"][0]["url"] == "https://signet.example/api/hooks/claude-code/"
+    assert found["PostCompact"][0]["headers"] == {"Authorization": "Bearer $ST"}
+    assert "--url https://signet.example --token-env ST" in found["Stop"][0]["command"]
     assert "--url https://signet.example --token-env ST" in found["SessionStart"][0]["command"]
     assert "SIGNET_TOKEN" not in settings_file.read_text()
     assert len(backups(settings_file.parent)) == 2  # one per change, none overwritten
@@ -473,10 +480,10 @@ def test_management_command_installs_and_uninstalls(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"Created {target}" in out
     assert "SessionStart, UserPromptSubmit, PostToolUse" in out
-    assert f"SessionStart and PreCompact run with: {REAL_PYTHON}" in out
+    assert f"SessionStart, PreCompact and Stop run with: {REAL_PYTHON}" in out
     assert "export TEAM_SIGNET=..." in out
     assert "create_token --user NAME --scopes ingest,read" in out
-    assert signet_handlers(load(target))["Stop"][0]["url"] == (
+    assert signet_handlers(load(target))["PostCompact"][0]["url"] == (
         "http://10.0.0.5:8000/api/hooks/claude-code/"
     )
 
@@ -517,7 +524,9 @@ def test_management_command_takes_an_interpreter(tmp_path, capsys):
     )
 
     assert installed_command(target).startswith(f'"{sys.executable}" -I -S -c ')
-    assert f"SessionStart and PreCompact run with: {sys.executable}" in capsys.readouterr().out
+    assert (
+        f"SessionStart, PreCompact and Stop run with: {sys.executable}" in capsys.readouterr().out
+    )
     with pytest.raises(CommandError, match="not an executable"):
         call_command(
             "install_hooks", "claude-code", "--settings-file", str(target), "--python", "nope9"
@@ -532,28 +541,37 @@ def test_management_command_defaults_to_the_home_settings(tmp_path, monkeypatch,
     assert list(load(tmp_path / ".claude" / "settings.json")["hooks"]) == EVENTS
 
 
-def test_reinstall_upgrades_an_http_precompact_to_the_command(tmp_path):
-    """An install from before the client read transcripts had PreCompact as an http hook."""
+@pytest.mark.parametrize(
+    ("event", "timeout", "command_end"),
+    [
+        ("PreCompact", 30, "--timeout 25 claude-code"),
+        ("Stop", 10, "--token-env SIGNET_TOKEN claude-code"),
+    ],
+)
+def test_reinstall_upgrades_an_http_hook_to_the_command(tmp_path, event, timeout, command_end):
+    """An install from before the client read transcripts had PreCompact and Stop as http
+    hooks; running the installer again makes them commands."""
     target = tmp_path / "settings.json"
     install_claude_code(target)
     settings = load(target)
     old_handler = {
         "type": "http",
         "url": "http://127.0.0.1:8000/api/hooks/claude-code/",
-        "timeout": 30,
+        "timeout": timeout,
         "headers": {"Authorization": "Bearer $SIGNET_TOKEN"},
         "allowedEnvVars": ["SIGNET_TOKEN"],
     }
-    settings["hooks"]["PreCompact"] = [{"hooks": [old_handler]}]
+    settings["hooks"][event] = [{"hooks": [old_handler]}]
     target.write_text(json.dumps(settings, indent=2) + "\n")
 
     result = install_claude_code(target)
 
     assert result.changed
-    found = signet_handlers(load(target))["PreCompact"]
+    found = signet_handlers(load(target))[event]
     assert len(found) == 1
     assert found[0]["type"] == "command"
-    assert found[0]["command"].endswith("--timeout 25 claude-code")
+    assert found[0]["timeout"] == timeout
+    assert found[0]["command"].endswith(command_end)
 
 
 def test_the_installed_precompact_command_sends_the_transcripts_facts(tmp_path):
@@ -573,3 +591,21 @@ def test_the_installed_precompact_command_sends_the_transcripts_facts(tmp_path):
     assert facts["git_branch"] == "feat/login-rate-limit"
     assert facts["context_tokens"] == 21625
     assert any(path.endswith("rateLimit.ts") for path in facts["modified_files"])
+
+
+def test_the_installed_stop_command_sends_the_context_usage(tmp_path):
+    """The command reads the usage of the turn's last response where the transcript is."""
+    target = tmp_path / "settings.json"
+    with recording_server() as (url, received):
+        install_claude_code(target, url=url)
+        command = signet_handlers(load(target))["Stop"][0]["command"]
+        fixtures = Path(__file__).resolve().parent / "fixtures" / "claude_code"
+        body = json.loads((fixtures / "stop.json").read_text())
+        body["transcript_path"] = str(fixtures / "transcript.jsonl")
+        done = run_command(command, tmp_path=tmp_path, payload=json.dumps(body).encode())
+    assert done.returncode == 0
+    assert done.stderr == b""
+    usage = received[0].body["signet"]["usage"]
+    assert usage["context_tokens"] == 21625
+    assert usage["model"].startswith("claude-")
+    assert "transcript" not in received[0].body["signet"]

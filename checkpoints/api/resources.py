@@ -44,7 +44,7 @@ from checkpoints.selectors import (
 )
 from checkpoints.services.config import config_get
 from checkpoints.services.recovery import recovery_prepare
-from checkpoints.services.store import CheckpointContent, checkpoint_capture, checkpoints_delete
+from checkpoints.services.store import checkpoints_delete
 
 OpenApiParameterCursor = OpenApiParameter(
     "cursor", OpenApiTypes.STR, description="The `next`/`previous` cursor of a page."
@@ -141,26 +141,7 @@ class CheckpointListApi(APIView):
     def post(self, request: Request) -> Response:
         data = CheckpointCaptureSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        fields = data.validated_data
-        checkpoint = checkpoint_capture(
-            owner=_owner(request),
-            session_key=fields["session_key"],
-            project=fields.get("project", ""),
-            harness=fields["harness"],
-            trigger=fields["trigger"],
-            content=CheckpointContent(
-                narrative=fields.get("digest", ""),
-                current_task=fields.get("current_task", ""),
-                decisions=fields.get("decisions", []),
-                open_questions=fields.get("open_questions", []),
-                blockers=fields.get("blockers", []),
-                next_steps=fields.get("next_steps", []),
-                modified_files=fields.get("files", []),
-                agent_id=fields.get("agent_id", ""),
-                tags=fields.get("tags", []),
-                state=fields.get("state"),
-            ),
-        )
+        checkpoint = data.save(owner=_owner(request))
         return Response(CheckpointDetailSerializer(checkpoint).data, status=201)
 
     @extend_schema(

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from checkpoints.harnesses.base import identifier_problem
 from checkpoints.models import Checkpoint, Harness, Session, Trigger
 from checkpoints.services.redaction import redact_data
+from checkpoints.services.store import CheckpointContent, checkpoint_capture
 
 MAX_PAGE = 100
 
@@ -95,6 +96,12 @@ class SessionSerializer(RedactedOutput):
             "checkpoint_total",
             "injection_total",
             "context_tokens",
+            "context_window",
+            "context_percent",
+            "pressure_reminder_count",
+            "pressure_reminder_level",
+            "pressure_agent_acted",
+            "pressure_acted_count",
         ]
         read_only_fields = fields
 
@@ -172,6 +179,30 @@ class CheckpointCaptureSerializer(serializers.Serializer[Any]):
         if len(json.dumps(value, ensure_ascii=False).encode()) > limit:
             raise serializers.ValidationError(f"'state' is over {limit} bytes as JSON.")
         return value
+
+    def create(self, validated_data: dict[str, Any]) -> Checkpoint:
+        """``serializer.save(owner=…)``: the one write path of explicit and agent checkpoints
+        (the API's capture, the MCP ``session_digest``)."""
+        fields = validated_data
+        return checkpoint_capture(
+            owner=fields["owner"],
+            session_key=fields["session_key"],
+            project=fields.get("project", ""),
+            harness=fields["harness"],
+            trigger=fields["trigger"],
+            content=CheckpointContent(
+                narrative=fields.get("digest", ""),
+                current_task=fields.get("current_task", ""),
+                decisions=fields.get("decisions", []),
+                open_questions=fields.get("open_questions", []),
+                blockers=fields.get("blockers", []),
+                next_steps=fields.get("next_steps", []),
+                modified_files=fields.get("files", []),
+                agent_id=fields.get("agent_id", ""),
+                tags=fields.get("tags", []),
+                state=fields.get("state"),
+            ),
+        )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         content_fields = ("digest", "current_task", "decisions", "open_questions", "blockers")

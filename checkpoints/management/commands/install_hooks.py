@@ -1,6 +1,11 @@
 """``manage.py install_hooks claude-code [--url URL] [--settings-file PATH] [--token-env NAME]
-[--python PATH] [--uninstall]``: write Signet's hooks into the harness's settings (or take them
-out).
+[--python PATH] [--with-mcp [--mcp-config PATH] [--claude-md PATH]] [--uninstall]``: write
+Signet's hooks into the harness's settings (or take them out).
+
+``--with-mcp`` also registers the stdio MCP server (``manage.py mcp_server``, run by the Python
+running this command) in Claude Code's user configuration (``~/.claude.json``) and writes the
+instructions that tell the agent when to use its tools into ``~/.claude/CLAUDE.md``. With
+``--uninstall``, ``--with-mcp`` takes those out too; ``--uninstall`` alone leaves them.
 
 A thin wrapper around ``hooks.install``; it touches no database. The file option is not
 ``--settings``: Django takes that one for every command (it sets DJANGO_SETTINGS_MODULE
@@ -23,6 +28,8 @@ from hooks.install import (
     install_claude_code,
     uninstall_claude_code,
 )
+from hooks.instructions import DEFAULT_CLAUDE_MD, instructions_install, instructions_uninstall
+from hooks.mcp_config import DEFAULT_CLAUDE_JSON, mcp_install, mcp_uninstall
 
 
 class Command(BaseCommand):
@@ -48,12 +55,32 @@ class Command(BaseCommand):
         parser.add_argument(
             "--python",
             help=(
-                "Interpreter (3.9+) for the SessionStart and PreCompact command hooks, written "
-                "as given (default: the real binary behind the one running this command)."
+                "Interpreter (3.9+) for the SessionStart, PreCompact and Stop command hooks, "
+                "written as given (default: the real binary behind the one running this command)."
             ),
         )
         parser.add_argument(
-            "--uninstall", action="store_true", help="Remove Signet's hooks, keep the rest."
+            "--with-mcp",
+            action="store_true",
+            help=(
+                "Also register Signet's stdio MCP server in --mcp-config and write its "
+                "instructions into --claude-md (with --uninstall: remove both)."
+            ),
+        )
+        parser.add_argument(
+            "--mcp-config",
+            default=DEFAULT_CLAUDE_JSON,
+            help=f"Claude Code configuration holding mcpServers ({DEFAULT_CLAUDE_JSON}).",
+        )
+        parser.add_argument(
+            "--claude-md",
+            default=DEFAULT_CLAUDE_MD,
+            help=f"Memory file that gets the MCP instructions ({DEFAULT_CLAUDE_MD}).",
+        )
+        parser.add_argument(
+            "--uninstall",
+            action="store_true",
+            help="Remove Signet's hooks (and with --with-mcp its MCP server), keep the rest.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -68,9 +95,38 @@ class Command(BaseCommand):
                     token_env=options["token_env"],
                     interpreter=options["python"],
                 )
+            if options["with_mcp"]:
+                self._mcp(options)
         except InstallError as exc:
             raise CommandError(str(exc)) from exc
         self._report(result, uninstall=options["uninstall"], token_env=options["token_env"])
+
+    def _mcp(self, options: dict[str, Any]) -> None:
+        config_path = Path(options["mcp_config"]).expanduser()
+        claude_md = Path(options["claude_md"]).expanduser()
+        if options["uninstall"]:
+            result = mcp_uninstall(config_path)
+            changed_md = instructions_uninstall(claude_md)
+            verb = (
+                "Removed Signet's MCP server from" if result.changed else "No Signet MCP server in"
+            )
+            self.stdout.write(f"{verb} {result.settings_path}")
+            if changed_md:
+                self.stdout.write(f"Removed Signet's instructions from {claude_md}")
+        else:
+            result = mcp_install(config_path, token_env=options["token_env"])
+            changed_md = instructions_install(claude_md)
+            if result.changed:
+                self.stdout.write(
+                    self.style.SUCCESS(f"Registered Signet's MCP server in {result.settings_path}")
+                )
+                self.stdout.write(f"  runs: {result.interpreter} manage.py mcp_server")
+            else:
+                self.stdout.write(f"Signet's MCP server in {result.settings_path} is up to date.")
+            if changed_md:
+                self.stdout.write(f"Wrote Signet's instructions into {claude_md}")
+        if result.backup_path is not None:
+            self.stdout.write(f"  backup: {result.backup_path}")
 
     def _report(self, result: InstallResult, *, uninstall: bool, token_env: str) -> None:
         path = result.settings_path
@@ -92,7 +148,9 @@ class Command(BaseCommand):
                         f"  replaced earlier Signet entries in: {', '.join(result.removed)}"
                     )
                 # Pinned by path: removing that Python breaks the hook until the next install.
-                self.stdout.write(f"  SessionStart and PreCompact run with: {result.interpreter}")
+                self.stdout.write(
+                    f"  SessionStart, PreCompact and Stop run with: {result.interpreter}"
+                )
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
         if not uninstall:

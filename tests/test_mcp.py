@@ -1,0 +1,556 @@
+"""The MCP server: its tools through a real SDK client, over HTTP (the Django test client, and
+a live server) and over stdio (``manage.py mcp_server`` as a subprocess); and the installer's
+``--with-mcp``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.core.management import call_command
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
+from rest_framework.test import APIClient
+
+from checkpoints.models import Checkpoint, Session
+from checkpoints.services.config import config_cache_clear, config_get, config_save
+from hooks.install import InstallError
+from hooks.mcp_config import SERVER_NAME, mcp_install, mcp_uninstall
+from tests.test_serve import free_port, service_env
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+SECRET = "ghp_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa"
+TOOLS = {"session_digest", "session_recall", "checkpoints_list"}
+
+Scenario = Callable[[Client], Awaitable[Any]]
+
+
+def _django_transport(api: APIClient) -> httpx2.MockTransport:
+    """httpx requests answered by the Django test client, in the test's own thread (and so
+    inside its database transaction): ``sync_to_async`` under the ``async_to_sync`` below."""
+
+    async def handle(request: httpx2.Request) -> httpx2.Response:
+        skipped = {"host", "content-length", "content-type"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in skipped}
+        response = await sync_to_async(api.generic)(
+            request.method,
+            request.url.raw_path.decode(),
+            data=request.content.decode(),
+            content_type=request.headers.get("content-type", ""),
+            headers=headers,
+        )
+        return httpx2.Response(
+            response.status_code, headers=dict(response.items()), content=response.content
+        )
+
+    return httpx2.MockTransport(handle)
+
+
+def over_http(token: str, scenario: Scenario, **headers: str) -> Any:
+    """Run ``scenario`` with an SDK client connected to ``/mcp/`` through the test client."""
+
+    async def run() -> Any:
+        http = httpx2.AsyncClient(
+            transport=_django_transport(APIClient()),
+            headers={"Authorization": f"Bearer {token}", **headers},
+        )
+        async with (
+            http,
+            Client(streamable_http_client("http://testserver/mcp/", http_client=http)) as client,
+        ):
+            return await scenario(client)
+
+    return async_to_sync(run)()
+
+
+def call(tool: str, **arguments: Any) -> Scenario:
+    async def scenario(client: Client) -> CallToolResult:
+        return await client.call_tool(tool, arguments)
+
+    return scenario
+
+
+def text(result: CallToolResult) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+# --- over HTTP, through the Django test client -------------------------------------------
+
+
+def test_tools_are_listed_with_bounded_schemas(owner, make_token):
+    async def scenario(client: Client) -> Any:
+        return (await client.list_tools()).tools
+
+    tools = {tool.name: tool for tool in over_http(make_token(owner, "read"), scenario)}
+    assert set(tools) == TOOLS
+    digest = tools["session_digest"].input_schema
+    assert digest["required"] == ["summary"]
+    assert digest["properties"]["summary"]["minLength"] == 1
+    assert digest["properties"]["decisions"]["maxItems"] == 50
+    assert digest["properties"]["decisions"]["items"]["maxLength"] == 2000
+    assert digest["properties"]["files"]["items"]["maxLength"] == 1024
+    assert tools["checkpoints_list"].input_schema["properties"]["limit"]["maximum"] == 100
+    assert all(tool.description for tool in tools.values())
+
+
+def test_digest_writes_the_same_checkpoint_the_api_shows(owner, make_token, client_for):
+    result = over_http(
+        make_token(owner, "read", "write"),
+        call(
+            "session_digest",
+            session_key="mcp-run-1",
+            summary=f"## Where I am\nMigrating invoices; token {SECRET}",
+            current_task="Migrate the invoices table",
+            decisions=["Keep the old column until the backfill ends"],
+            next_steps=["Backfill", "Drop the old column"],
+            files=["shop/invoices/models.py"],
+        ),
+    )
+    assert not result.is_error, text(result)
+    stored = Checkpoint.objects.get()
+    assert result.structured_content["checkpoint_id"] == str(stored.id)
+    assert stored.trigger == "agent"
+    assert stored.session_key == "mcp-run-1"
+    assert stored.owner == owner
+    assert SECRET not in stored.digest  # redacted before storage
+    assert stored.digest.startswith("## Where I am")
+    assert stored.decisions == ["Keep the old column until the backfill ends"]
+    assert stored.modified_files == ["shop/invoices/models.py"]
+    assert Session.objects.get(owner=owner, session_key="mcp-run-1").harness == "api"
+    body = client_for(owner, "read").get("/api/checkpoints/mcp-run-1/").json()
+    assert [row["id"] for row in body["results"]] == [str(stored.id)]
+    assert body["results"][0]["current_task"] == "Migrate the invoices table"
+
+
+def test_digest_counts_against_the_per_session_cap(owner, make_token):
+    config = config_get()
+    config.max_checkpoints_per_session = 2
+    config_save(config=config)
+    config_cache_clear()
+    token = make_token(owner, "read", "write")
+
+    async def scenario(client: Client) -> None:
+        for number in range(3):
+            result = await client.call_tool(
+                "session_digest", {"session_key": "capped", "summary": f"step {number}"}
+            )
+            assert not result.is_error
+
+    over_http(token, scenario)
+    assert sorted(Checkpoint.objects.values_list("digest", flat=True)) == ["step 1", "step 2"]
+
+
+def test_recall_gives_the_latest_checkpoint_and_the_recovery_context(owner, make_token):
+    token = make_token(owner, "read", "write")
+
+    async def scenario(client: Client) -> CallToolResult:
+        for summary in ("first take", "second take"):
+            await client.call_tool(
+                "session_digest",
+                {"session_key": "s-1", "summary": summary, "decisions": [f"{summary} wins"]},
+            )
+        return await client.call_tool("session_recall", {"session_key": "s-1"})
+
+    result = over_http(token, scenario)
+    assert not result.is_error, text(result)
+    data = result.structured_content
+    assert data["match"] == "session"
+    assert data["checkpoint"]["digest"] == "second take"
+    assert data["context"].startswith("## Session Recovery Context")
+    assert "second take wins" in data["context"]
+    assert text(result).startswith("## Session Recovery Context")
+    assert '"digest": "second take"' in text(result)
+
+
+def test_recall_and_list_of_a_project(owner, make_token):
+    token = make_token(owner, "read", "write")
+    digest = call("session_digest", session_key="p-1", summary="Project work\nmore")
+    over_http(token, digest, **{"X-Signet-Session": "p-1"})
+    Session.objects.filter(session_key="p-1").update(project_normalized="/src/shop")
+    Checkpoint.objects.update(project_normalized="/src/shop")
+
+    recalled = over_http(token, call("session_recall", project="/src/shop/"))
+    assert recalled.structured_content["match"] == "project"
+    assert recalled.structured_content["checkpoint"]["digest"] == "Project work\nmore"
+    listed = over_http(token, call("checkpoints_list", project="/src/shop", limit=5))
+    rows = listed.structured_content["checkpoints"]
+    assert [(row["session_key"], row["summary"]) for row in rows] == [("p-1", "Project work")]
+    # Without arguments: the project of the session the header names.
+    current = over_http(token, call("checkpoints_list"), **{"X-Signet-Session": "p-1"})
+    assert current.structured_content["project"] == "/src/shop"
+    assert len(current.structured_content["checkpoints"]) == 1
+
+
+def test_the_session_header_binds_the_digest(owner, make_token):
+    token = make_token(owner, "read", "write")
+    result = over_http(
+        token, call("session_digest", summary="bound"), **{"X-Signet-Session": "hdr-1"}
+    )
+    assert not result.is_error, text(result)
+    assert Checkpoint.objects.get().session_key == "hdr-1"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"session_key": "k", "summary": ""}, "summary"),
+        ({"session_key": "k", "summary": "x", "decisions": ["d"] * 51}, "decisions"),
+        ({"session_key": "k", "summary": "x", "decisions": ["d" * 2001]}, "decisions"),
+        ({"session_key": "bad key", "summary": "x"}, "session_key"),
+        ({"session_key": "k", "summary": "x", "unknown": 1}, ""),
+        ({"summary": "x"}, "session_key"),  # no session known over HTTP without the header
+    ],
+)
+def test_bad_arguments_are_tool_errors(owner, make_token, arguments, message):
+    result = over_http(make_token(owner, "read", "write"), call("session_digest", **arguments))
+    if arguments.get("unknown"):  # extra arguments are ignored, as the SDK does
+        assert not result.is_error
+        return
+    assert result.is_error
+    assert message in text(result)
+    assert not Checkpoint.objects.exists()
+
+
+def test_digest_needs_the_write_scope(owner, make_token):
+    result = over_http(
+        make_token(owner, "read"), call("session_digest", session_key="k", summary="x")
+    )
+    assert result.is_error
+    assert "'write' scope" in text(result)
+    assert not Checkpoint.objects.exists()
+
+
+def test_another_owners_session_is_not_visible(owner, teammate, make_token):
+    over_http(make_token(owner), call("session_digest", session_key="mine", summary="private"))
+    token = make_token(teammate, "read", "write")
+    recalled = over_http(token, call("session_recall", session_key="mine"))
+    assert recalled.is_error
+    assert "No session 'mine'" in text(recalled)
+    listed = over_http(token, call("checkpoints_list", session_key="mine"))
+    assert listed.structured_content["checkpoints"] == []
+    assert "private" not in text(listed)
+
+
+def test_requests_without_a_valid_token_are_refused(owner, make_token):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    api = APIClient()
+    missing = api.post("/mcp/", body, format="json")
+    assert missing.status_code == 401
+    assert set(missing.json()) == {"error", "detail"}
+    api.credentials(HTTP_AUTHORIZATION="Bearer sig_not-a-token")
+    assert api.post("/mcp/", body, format="json").status_code == 401
+    ingest_only = APIClient()
+    ingest_only.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(owner, 'ingest')}")
+    assert ingest_only.post("/mcp/", body, format="json").status_code == 403
+
+
+def test_one_json_rpc_post_is_answered_in_json(owner, make_token):
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(owner, 'read')}")
+    response = api.post(
+        "/mcp/",
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}},
+        format="json",
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert body["id"] == 7
+    assert {tool["name"] for tool in body["result"]["tools"]} == TOOLS
+    assert api.get("/mcp/").status_code == 405
+
+
+# --- a real server, a real client --------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_over_a_live_server(live_server, owner, make_token):
+    token = make_token(owner, "read", "write")
+
+    async def run() -> tuple[set[str], CallToolResult, CallToolResult]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        url = f"{live_server.url}/mcp/"
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            written = await client.call_tool(
+                "session_digest", {"session_key": "live-1", "summary": "over the wire"}
+            )
+            recalled = await client.call_tool("session_recall", {"session_key": "live-1"})
+            return names, written, recalled
+
+    names, written, recalled = anyio.run(run)
+    assert names == TOOLS
+    assert not written.is_error, text(written)
+    assert recalled.structured_content["checkpoint"]["digest"] == "over the wire"
+    assert Checkpoint.objects.get(session_key="live-1").trigger == "agent"
+
+
+@pytest.mark.slow
+def test_over_the_service_as_make_run_starts_it(tmp_path):
+    """``manage.py serve``: the WSGI server with blocking threads, several processes."""
+    port = free_port()
+    env = service_env(tmp_path, port, WEB_CONCURRENCY="2", LOG_LEVEL="WARNING")
+    _manage(env, "migrate", "--noinput", "-v0")
+    token = _manage(env, "create_token", "--user", "alice", "--scopes", "read,write")
+    token = token.strip().splitlines()[-1]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--no-scheduler"],
+        cwd=PROJECT_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    async def run() -> tuple[CallToolResult, CallToolResult]:
+        with anyio.fail_after(90):
+            while True:
+                try:
+                    async with httpx2.AsyncClient() as probe:
+                        if (await probe.get(f"{url}/healthz")).status_code == 200:
+                            break
+                except httpx2.TransportError:
+                    await anyio.sleep(0.3)
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        async with http, Client(streamable_http_client(f"{url}/mcp/", http_client=http)) as client:
+            written = await client.call_tool(
+                "session_digest", {"session_key": "served-1", "summary": "through granian"}
+            )
+            listed = await client.call_tool("checkpoints_list", {"session_key": "served-1"})
+            return written, listed
+
+    try:
+        written, listed = anyio.run(run)
+        unauthenticated = httpx2.post(f"{url}/mcp/", json={"jsonrpc": "2.0", "id": 1})
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+        log.close()
+    assert not written.is_error, (text(written), (tmp_path / "serve.log").read_text()[-4000:])
+    rows = listed.structured_content["checkpoints"]
+    assert [row["summary"] for row in rows] == ["through granian"]
+    assert unauthenticated.status_code == 401
+    assert set(unauthenticated.json()) == {"error", "detail"}
+
+
+# --- stdio: manage.py mcp_server ---------------------------------------------------------
+
+
+def _stdio_env(tmp_path: Path) -> dict[str, str]:
+    env = service_env(tmp_path, free_port(), LOG_LEVEL="WARNING")
+    for args in (["migrate", "--noinput", "-v0"],):
+        subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=PROJECT_DIR, env=env, check=True, timeout=120
+        )
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout
+
+
+def over_stdio(env: dict[str, str], scenario: Scenario, cwd: Path = PROJECT_DIR) -> Any:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(PROJECT_DIR / "manage.py"), "mcp_server"],
+        env=env,
+        cwd=cwd,
+    )
+
+    async def run() -> Any:
+        async with Client(params) as client:
+            return await scenario(client)
+
+    return anyio.run(run)
+
+
+@pytest.mark.slow
+def test_over_stdio(tmp_path):
+    env = _stdio_env(tmp_path)
+    token = _manage(env, "create_token", "--user", "alice", "--scopes", "read,write")
+    env["SIGNET_TOKEN"] = token.strip().splitlines()[-1]
+    project = tmp_path / "shop"
+    (project / "src").mkdir(parents=True)
+
+    async def first(client: Client) -> tuple[set[str], CallToolResult, CallToolResult]:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        missing = await client.call_tool("session_digest", {"summary": "no session yet"})
+        written = await client.call_tool(
+            "session_digest",
+            {"session_key": "stdio-1", "summary": f"Over stdio {SECRET}", "next_steps": ["ship"]},
+        )
+        return names, missing, written
+
+    names, missing, written = over_stdio(env, first, cwd=project)
+    assert names == TOOLS
+    assert missing.is_error
+    assert "session_key" in text(missing)
+    assert not written.is_error, text(written)
+    assert written.structured_content["project"] == str(project)
+
+    async def second(client: Client) -> tuple[CallToolResult, CallToolResult, CallToolResult]:
+        # No key given: the live session whose project holds the working directory.
+        digest = await client.call_tool("session_digest", {"summary": "found by folder"})
+        recalled = await client.call_tool("session_recall", {})
+        listed = await client.call_tool("checkpoints_list", {"limit": 5})
+        return digest, recalled, listed
+
+    digest, recalled, listed = over_stdio(env, second, cwd=project / "src")
+    assert digest.structured_content["session_key"] == "stdio-1", text(digest)
+    assert recalled.structured_content["checkpoint"]["digest"] == "found by folder"
+    summaries = [row["summary"] for row in listed.structured_content["checkpoints"]]
+    assert summaries[0] == "found by folder"
+    assert SECRET not in summaries[1]
+    assert "[REDACTED]" in summaries[1] or "Over stdio" in summaries[1]
+
+    env["SIGNET_SESSION_KEY"] = "stdio-2"
+    bound = over_stdio(env, call("session_digest", summary="from the environment"), cwd=project)
+    assert bound.structured_content["session_key"] == "stdio-2"
+    stored = _manage(
+        env,
+        "shell",
+        "-c",
+        "from checkpoints.models import Checkpoint; import json; print(json.dumps(sorted("
+        "[c.session_key, c.trigger, c.digest] for c in Checkpoint.objects.all())))",
+    )
+    rows = json.loads(stored.strip().splitlines()[-1])
+    assert len(rows) == 3
+    assert {trigger for _, trigger, _ in rows} == {"agent"}
+    assert all(SECRET not in digest for _, _, digest in rows)
+
+
+@pytest.mark.slow
+def test_stdio_refuses_to_start_without_a_valid_token(tmp_path):
+    env = _stdio_env(tmp_path)
+    command = [sys.executable, "manage.py", "mcp_server"]
+    env.pop("SIGNET_TOKEN", None)
+    done = subprocess.run(command, cwd=PROJECT_DIR, env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "SIGNET_TOKEN" in done.stderr
+    assert done.stdout == ""
+    env["OTHER_TOKEN"] = "sig_not-a-token"
+    done = subprocess.run(
+        [*command, "--token-env", "OTHER_TOKEN"],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "invalid or revoked" in done.stderr
+    ingest = _manage(env, "create_token", "--user", "alice", "--scopes", "ingest")
+    env["SIGNET_TOKEN"] = ingest.strip().splitlines()[-1]
+    done = subprocess.run(command, cwd=PROJECT_DIR, env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "'read' scope" in done.stderr
+
+
+# --- the installer: install_hooks claude-code --with-mcp ---------------------------------
+
+FOREIGN = {
+    "numStartups": 34,
+    "projects": {"/src/x": {"mcpServers": {"local-one": {"command": "x"}}}},
+    "mcpServers": {"github": {"type": "stdio", "command": "npx", "args": ["-y", "gh"], "env": {}}},
+    "theme": "dark",
+}
+
+
+def test_mcp_install_merges_is_idempotent_backs_up_and_uninstalls(tmp_path):
+    path = tmp_path / ".claude.json"
+    original = json.dumps(FOREIGN, indent=2) + "\n"
+    path.write_text(original)
+    first = mcp_install(path, interpreter="/venv/bin/python", token_env="MY_TOKEN")
+    assert first.changed
+    assert first.backup_path is not None
+    assert first.backup_path.read_text() == original
+    data = json.loads(path.read_text())
+    assert data["mcpServers"]["github"] == FOREIGN["mcpServers"]["github"]
+    assert {k: v for k, v in data.items() if k != "mcpServers"} == {
+        k: v for k, v in FOREIGN.items() if k != "mcpServers"
+    }
+    entry = data["mcpServers"][SERVER_NAME]
+    assert entry["type"] == "stdio"
+    assert entry["command"] == "/venv/bin/python"
+    assert entry["args"] == [
+        str(PROJECT_DIR / "manage.py"),
+        "mcp_server",
+        "--token-env",
+        "MY_TOKEN",
+    ]
+    assert "env" not in entry  # the server inherits Claude Code's environment (the token)
+    after_first = path.read_bytes()
+    backups = sorted(tmp_path.glob(".claude.json.signet-backup-*"))
+
+    second = mcp_install(path, interpreter="/venv/bin/python", token_env="MY_TOKEN")
+    assert not second.changed
+    assert path.read_bytes() == after_first
+    assert sorted(tmp_path.glob(".claude.json.signet-backup-*")) == backups
+
+    removed = mcp_uninstall(path)
+    assert removed.changed
+    assert json.loads(path.read_text()) == FOREIGN
+    assert not mcp_uninstall(path).changed
+
+
+def test_mcp_install_never_overwrites_a_foreign_server_of_the_same_name(tmp_path):
+    path = tmp_path / ".claude.json"
+    path.write_text(json.dumps({"mcpServers": {SERVER_NAME: {"command": "other"}}}))
+    before = path.read_bytes()
+    with pytest.raises(InstallError, match="not Signet's"):
+        mcp_install(path, interpreter="/venv/bin/python")
+    assert not mcp_uninstall(path).changed
+    assert path.read_bytes() == before
+
+
+def test_install_hooks_with_mcp_writes_config_and_instructions(tmp_path):
+    settings, config, memory = (
+        tmp_path / "settings.json",
+        tmp_path / ".claude.json",
+        tmp_path / "CLAUDE.md",
+    )
+    memory.write_text("# Mine\n")
+    paths = [
+        "--settings-file",
+        str(settings),
+        "--mcp-config",
+        str(config),
+        "--claude-md",
+        str(memory),
+    ]
+    call_command("install_hooks", "claude-code", "--with-mcp", *paths)
+    assert json.loads(config.read_text())["mcpServers"][SERVER_NAME]["args"][1] == "mcp_server"
+    assert "session_digest" in memory.read_text()
+    assert memory.read_text().startswith("# Mine\n")
+    snapshot = [p.read_bytes() for p in (settings, config, memory)]
+    call_command("install_hooks", "claude-code", "--with-mcp", *paths)
+    assert [p.read_bytes() for p in (settings, config, memory)] == snapshot
+
+    call_command("install_hooks", "claude-code", "--uninstall", *paths)  # hooks only
+    assert SERVER_NAME in json.loads(config.read_text())["mcpServers"]
+    call_command("install_hooks", "claude-code", "--uninstall", "--with-mcp", *paths)
+    assert SERVER_NAME not in json.loads(config.read_text()).get("mcpServers", {})
+    assert memory.read_text() == "# Mine\n"
+    assert os.path.exists(settings)
