@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make run: set up and serve (gunicorn + django-q2 cluster) on 127.0.0.1:$PORT (8000)
+## make run: set up and serve (granian + django-q2 cluster) on 127.0.0.1:$PORT (8000)
 run: install
 	$(BIN)/python manage.py serve
 

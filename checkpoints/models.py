@@ -1,7 +1,8 @@
 """Signet Continuity's data: agent sessions, their checkpoints, injections, config, tokens.
 
-All continuity state lives here, never in a worker's memory: gunicorn runs several workers
-and a deployment may run several hosts, so every counter is a column updated atomically.
+All continuity state lives here, never in a worker's memory: the web server runs several
+processes and a deployment may run several hosts, so every counter is a column updated
+atomically.
 """
 
 from __future__ import annotations

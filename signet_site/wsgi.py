@@ -1,4 +1,4 @@
-"""WSGI entry point (gunicorn serves ``signet_site.wsgi:application``)."""
+"""WSGI entry point (`make run` serves ``signet_site.wsgi:application`` with granian)."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Exact counts across processes: several gunicorn workers, as ``make run`` starts them,
+"""Exact counts across processes: several web server processes, as ``make run`` starts them,
 on SQLite (the file lock and IMMEDIATE transactions) — not just threads in one process.
 """
 

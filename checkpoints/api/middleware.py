@@ -1,10 +1,10 @@
 """Request bodies sent without a Content-Length (``Transfer-Encoding: chunked``).
 
 Django reads ``CONTENT_LENGTH`` bytes of a body and no more, so a chunked body, which has no
-length, reads as empty. A server that de-chunks the body itself and says the input ends where
-the body does (``wsgi.input_terminated``, as gunicorn does) lets it be read to its end: up to
-the body limit, refused past it. Without that promise a read could wait for data that never
-comes, or run into the next request: 411 asks the client for a length.
+length, reads as empty. A server that de-chunks the body itself and says the input ends
+where the body does (``wsgi.input_terminated``, as gunicorn and granian do) lets it be read
+to its end: up to the body limit, refused past it. Without that promise a read could wait
+for data that never comes, or run into the next request: 411 asks the client for a length.
 """
 
 from __future__ import annotations

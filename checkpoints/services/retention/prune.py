@@ -427,7 +427,7 @@ def _record(report: PruneReport) -> RetentionRun:
     )
 
 
-# A preview runs inside a web request: it stops well before gunicorn's 30 s timeout.
+# A preview runs inside a web request: it stops well before a client or a proxy gives up (30 s).
 PREVIEW_SECONDS = 15.0
 
 
