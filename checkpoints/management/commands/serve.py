@@ -40,7 +40,6 @@ from checkpoints.services.retention import sqlite_prepare
 
 STOP_GRACE_SECONDS = 15
 READY_TIMEOUT_SECONDS = 60
-DEFAULT_THREADS = 8
 # The path without its query string: a ``?token=`` or a search never reaches the log.
 ACCESS_LOG_FORMAT = (
     '[%(time)s] %(addr)s "%(method)s %(path)s %(protocol)s" %(status)d %(dt_ms).1fms'
@@ -50,6 +49,12 @@ ACCESS_LOG_FORMAT = (
 def default_workers() -> int:
     """One web process per core, at most 4: each serves its requests on threads."""
     return min(os.cpu_count() or 1, 4)
+
+
+def default_threads() -> int:
+    """2 x cores + 1 request threads per process: the most granian takes without a warning,
+    and as fast on the hook path as 8 on two cores (``bench/hook_path.py``)."""
+    return 2 * (os.cpu_count() or 1) + 1
 
 
 def port_check(host: str, port: int) -> None:
@@ -96,8 +101,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads",
             type=int,
-            default=int(os.environ.get("WEB_THREADS", str(DEFAULT_THREADS))),
-            help="Request threads per web server process.",
+            default=int(os.environ.get("WEB_THREADS", "0")),
+            help="Request threads per web server process (default: 2 x cores + 1).",
         )
         parser.add_argument("--no-scheduler", action="store_true", help="Web server only.")
 
@@ -139,7 +144,7 @@ class Command(BaseCommand):
                     "--host", host,
                     "--port", str(port),
                     "--workers", str(workers),
-                    "--blocking-threads", str(options["threads"]),
+                    "--blocking-threads", str(options["threads"] or default_threads()),
                     # No --backpressure: it counts connections whose headers are still
                     # coming, so a few idle clients would hold /healthz off again.
                     "--respawn-failed-workers",
