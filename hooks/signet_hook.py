@@ -490,6 +490,13 @@ def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     return read_usage(path, loads=_loads)
 
 
+# What each harness's client reads on this machine: (``signet`` field, reader of the payload).
+# A reader returns None when its event is not one it reads, or the file cannot be read.
+CLIENT_READERS: dict[str, tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...]] = {
+    "claude-code": (("transcript", transcript_extract), ("usage", usage_extract)),
+}
+
+
 # --- HTTP -----------------------------------------------------------------------------------
 
 
@@ -1062,19 +1069,13 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
 
     signet = payload.get("signet")
     payload["signet"] = {**(signet if isinstance(signet, dict) else {}), **client_context(payload)}
-    if options.harness == "claude-code":
+    for field, extract in CLIENT_READERS.get(options.harness, ()):
         try:
-            transcript = transcript_extract(payload)
+            found = extract(payload)
         except Exception:  # a reader bug must not cost the event itself
-            transcript = None
-        if transcript is not None:
-            payload["signet"]["transcript"] = transcript
-        try:
-            usage = usage_extract(payload)
-        except Exception:  # as above: the event goes without it
-            usage = None
-        if usage is not None:
-            payload["signet"]["usage"] = usage
+            found = None
+        if found is not None:
+            payload["signet"][field] = found
     key = _new_key()
 
     def queue() -> None:

@@ -78,6 +78,7 @@ def test_the_schema_documents_every_route() -> None:
         "GET /api/whoami/",
         "POST /api/checkpoints/",
         "POST /api/hooks/{harness}/",
+        "POST /api/hooks/{harness}/{event_name}/",
     ]
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from checkpoints.harnesses.base import remembered_text
+from checkpoints.harnesses.claude_code import REMEMBER_PREFIXES
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
 from checkpoints.services.config import config_cache_clear, config_get, config_save
-from checkpoints.services.engine import query_terms, remembered_text
+from checkpoints.services.engine import query_terms
 from checkpoints.services.pending import checkpoints_flush_due
 from tests.hookutil import TRANSCRIPT, client_read, context_of, payload, send
 
@@ -302,10 +304,10 @@ def test_query_terms_and_remember_detection():
     assert query_terms("Please add rate limiting to POST /api/login with Redis") == (
         "add rate limiting post /api/login redis"
     )
-    assert remembered_text("/remember  use uv") == "use uv"
-    assert remembered_text("#use tabs") == "use tabs"
-    assert remembered_text("### heading") == ""
-    assert remembered_text("plain prompt") == ""
+    assert remembered_text("/remember  use uv", REMEMBER_PREFIXES) == "use uv"
+    assert remembered_text("#use tabs", REMEMBER_PREFIXES) == "use tabs"
+    assert remembered_text("### heading", REMEMBER_PREFIXES) == ""
+    assert remembered_text("plain prompt", REMEMBER_PREFIXES) == ""
 
 
 def test_the_server_never_opens_the_transcript_a_request_names(client_for, owner, teammate):

@@ -49,15 +49,22 @@ class HookIngestApi(APIView):
         responses={200: OpenApiTypes.OBJECT, **errors(400, 404, 413)},
         description="The harness's raw hook payload; the reply is its native hook output.",
     )
-    def post(self, request: Request, harness: str) -> Response:
+    def post(self, request: Request, harness: str, event_name: str = "") -> Response:
         adapter = adapter_for(harness)
         if adapter is None:
             return _error("unknown_harness", f"No adapter for harness '{harness}'.", 404)
+        if bool(event_name) != adapter.event_in_path:
+            where = (
+                f"/api/hooks/{harness}/<event>/"
+                if adapter.event_in_path
+                else f"/api/hooks/{harness}/"
+            )
+            return _error("wrong_route", f"Hooks of '{harness}' post to {where}.", 404)
         payload_or_error = self._payload(request)
         if isinstance(payload_or_error, Response):
             return payload_or_error
         try:
-            event = adapter.parse(payload_or_error)
+            event = adapter.parse(payload_or_error, event_name=event_name)
         except PayloadError as exc:
             return _error("invalid_payload", str(exc), status.HTTP_400_BAD_REQUEST)
         key = request.headers.get("Idempotency-Key", "")

@@ -12,6 +12,12 @@ app_name = "api"
 urlpatterns = [
     path("whoami/", WhoAmIApi.as_view(), name="whoami"),
     path("hooks/<slug:harness>/", HookIngestApi.as_view(), name="hook-ingest"),
+    # For a harness whose hooks cannot name the event in the body (its adapter says so).
+    path(
+        "hooks/<slug:harness>/<slug:event_name>/",
+        HookIngestApi.as_view(),
+        name="hook-ingest-event",
+    ),
     path("checkpoints/", resources.CheckpointListApi.as_view(), name="checkpoint-list"),
     path(
         "checkpoints/<str:session_key>/",

@@ -1,10 +1,17 @@
-"""What every harness adapter produces and consumes."""
+"""What every harness adapter produces and consumes, and the payload helpers they share.
+
+An adapter is one file: it names its harness (the URL slug), its injection cap, whether the
+event comes in the body or the URL, and turns its payloads into ``Event`` and the engine's
+``Outcome`` into its native reply. The engine knows no harness. The helpers here read the
+fields every harness has in some form: bounded texts, session keys, and the ``signet``
+object the hook clients add (project, git, lineage, outbox time, usage, transcript facts).
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from checkpoints.services.redaction import contains_secret
@@ -110,6 +117,8 @@ class Event:
     compact_summary: str = ""
     last_assistant_message: str = ""
     previous_session_key: str = ""
+    # The harness's cap on injected text (0: none beyond the configured budgets).
+    context_cap_chars: int = 0
     transcript: TranscriptExtract | None = None
     usage: ContextUsage | None = None
     # When a client's outbox held the event: set only on a replay, which may come hours late.
@@ -130,12 +139,170 @@ class PayloadError(ValueError):
 
 
 class HarnessAdapter(Protocol):
-    harness: str
+    """One harness. ``event_in_path``: its hooks cannot name the event in the body, so they
+    post to ``/api/hooks/<harness>/<event>/`` and ``parse`` gets the name from the URL."""
 
-    def parse(self, payload: dict[str, Any]) -> Event:
+    harness: str
+    context_cap_chars: int
+    event_in_path: bool
+
+    def parse(self, payload: dict[str, Any], *, event_name: str = "") -> Event:
         """Normalise a raw payload; raise ``PayloadError`` with a reason when it is unusable."""
         ...
 
     def render(self, event: Event, outcome: Outcome) -> dict[str, Any]:
         """The body the harness expects back for ``event``."""
         ...
+
+
+# --- payload helpers --------------------------------------------------------------------
+
+# What ``signet.transcript`` may hold: the client reader's own bounds, checked again here.
+TRANSCRIPT_ITEMS = 100
+TRANSCRIPT_TEXT_CHARS = 4000
+# ``signet.usage.context_tokens`` is kept up to the column's range on PostgreSQL.
+USAGE_MAX_TOKENS = 2**31 - 1
+USAGE_MODEL_CHARS = 128
+
+
+def text_field(
+    payload: dict[str, Any], key: str, *, required: bool = False, where: str = ""
+) -> str:
+    """The string at ``payload[key]``, cleaned for the database ('' when absent)."""
+    value = payload.get(key)
+    if value is None:
+        if required:
+            raise PayloadError(f"'{where}{key}' is required.")
+        return ""
+    if not isinstance(value, str):
+        raise PayloadError(f"'{where}{key}' must be a string, not {type(value).__name__}.")
+    return clean_text(value)
+
+
+def identifier_field(
+    payload: dict[str, Any], key: str, *, required: bool = False, where: str = ""
+) -> str:
+    """A session key at ``payload[key]``, held to the identifier rule ('' when absent)."""
+    value = text_field(payload, key, required=required, where=where).strip()
+    if not value and not required:
+        return ""
+    problem = identifier_problem(value)
+    if problem:
+        raise PayloadError(f"'{where}{key}' {problem}")
+    return value
+
+
+def remembered_text(prompt: str, prefixes: tuple[str, ...]) -> str:
+    """The note of a prompt that starts with one of the harness's remember ``prefixes``."""
+    stripped = prompt.lstrip()
+    for prefix in prefixes:
+        if stripped.startswith(prefix):
+            rest = stripped[len(prefix) :]
+            if prefix == "#" and rest.startswith("#"):  # a Markdown heading, not a note
+                return ""
+            return rest.strip()
+    return ""
+
+
+def client_block(payload: dict[str, Any]) -> dict[str, Any]:
+    """The ``signet`` object a hook client adds ({} when there is none)."""
+    client = payload.get("signet")
+    if client is None:
+        return {}
+    if not isinstance(client, dict):
+        raise PayloadError("'signet' must be an object.")
+    return client
+
+
+def client_fields(client: dict[str, Any]) -> dict[str, Any]:
+    """The ``Event`` fields the ``signet`` object carries, whatever the harness."""
+    return {
+        "client_project": text_field(client, "project_normalized"),
+        "client_git_root": text_field(client, "git_root"),
+        "git_branch": text_field(client, "git_branch"),
+        "git_head": text_field(client, "git_head"),
+        "previous_session_key": identifier_field(client, "previous_session_key"),
+        "queued_at": queued_at_parse(client),
+        "usage": usage_parse(client),
+    }
+
+
+def queued_at_parse(client: dict[str, Any]) -> datetime | None:
+    """``signet.queued_at``: when the client's outbox took the event (ISO 8601), if it did."""
+    raw = text_field(client, "queued_at")
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise PayloadError("'signet.queued_at' must be an ISO 8601 time.") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def usage_parse(client: dict[str, Any]) -> ContextUsage | None:
+    """``signet.usage``: ``{"context_tokens": N, "model": "..."}`` from any client that counts
+    its context (the Claude Code hook client reads it from the transcript at Stop)."""
+    usage = client.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise PayloadError("'signet.usage' must be an object.")
+    tokens = usage.get("context_tokens")
+    if tokens is None:
+        return None
+    if isinstance(tokens, bool) or not isinstance(tokens, int | float) or tokens != tokens:
+        raise PayloadError("'signet.usage.context_tokens' must be a number.")
+    if tokens < 0:
+        raise PayloadError("'signet.usage.context_tokens' must not be negative.")
+    model = text_field(usage, "model", where="signet.usage.")[:USAGE_MODEL_CHARS]
+    return ContextUsage(context_tokens=int(min(tokens, USAGE_MAX_TOKENS)), model=model)
+
+
+def _strings(value: Any, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise PayloadError(f"'signet.transcript.{key}' must be a list of strings.")
+    return tuple(clean_text(item)[:TRANSCRIPT_TEXT_CHARS] for item in value[-TRANSCRIPT_ITEMS:])
+
+
+def _todos(value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    problem = "'signet.transcript.todos' must be a list of {content, status} objects."
+    if not isinstance(value, list):
+        raise PayloadError(problem)
+    todos = []
+    for item in value[:TRANSCRIPT_ITEMS]:
+        if not isinstance(item, dict):
+            raise PayloadError(problem)
+        content, status = item.get("content"), item.get("status")
+        if not isinstance(content, str) or not isinstance(status, str):
+            raise PayloadError(problem)
+        todos.append((clean_text(content)[:TRANSCRIPT_TEXT_CHARS], clean_text(status)[:32]))
+    return tuple(todos)
+
+
+def transcript_parse(client: dict[str, Any]) -> TranscriptExtract | None:
+    """``signet.transcript``: what the hook client read from the transcript's tail."""
+    facts = client.get("transcript")
+    if facts is None:
+        return None
+    if not isinstance(facts, dict):
+        raise PayloadError("'signet.transcript' must be an object.")
+    tokens = facts.get("context_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+        raise PayloadError("'signet.transcript.context_tokens' must be an integer or null.")
+
+    def text(key: str) -> str:
+        return text_field(facts, key, where="signet.transcript.")[:TRANSCRIPT_TEXT_CHARS]
+
+    return TranscriptExtract(
+        current_task=text("current_task"),
+        todos=_todos(facts.get("todos")),
+        recent_prompts=_strings(facts.get("recent_prompts"), "recent_prompts"),
+        modified_files=_strings(facts.get("modified_files"), "modified_files"),
+        last_assistant_message=text("last_assistant_message"),
+        git_branch=text("git_branch"),
+        context_tokens=tokens,
+    )

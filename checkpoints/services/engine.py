@@ -91,7 +91,6 @@ PROMPT_FIELDS = (
     "pressure_agent_acted",
     "pressure_reminder_count",
 )
-REMEMBER_PREFIXES = ("/remember", "#")
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
 PRE_COMPACT_SEEN = 1
 COMPACT_START_SEEN = 2
@@ -279,20 +278,31 @@ def query_terms(prompt: str) -> str:
     return " ".join(terms)
 
 
-def remembered_text(prompt: str) -> str:
-    """The note of a ``/remember …`` or ``# …`` prompt, else ''."""
-    stripped = prompt.lstrip()
-    for prefix in REMEMBER_PREFIXES:
-        if stripped.startswith(prefix):
-            rest = stripped[len(prefix) :]
-            if prefix == "#" and rest.startswith("#"):  # Markdown heading, not a memory
-                return ""
-            return rest.strip()
-    return ""
+def inject_limit(*, config: ContinuityConfig, event: Event) -> int:
+    """The most an injection into ``event``'s harness may hold: the configured inject budget,
+    below the harness's own cap when it has one."""
+    limit = config.inject_budget_chars
+    if event.context_cap_chars:
+        limit = min(limit, event.context_cap_chars - 1)
+    return limit
+
+
+def _recovery_budget(config: ContinuityConfig, event: Event) -> int:
+    """The recovery context's share of the inject limit: the configured share of the
+    configured budget, scaled down for a harness whose cap is smaller."""
+    limit = inject_limit(config=config, event=event)
+    if limit >= config.inject_budget_chars:
+        return config.recovery_budget_chars
+    return max(1, limit * config.recovery_budget_chars // config.inject_budget_chars)
 
 
 def _recovery_context(
-    session: Session, config: ContinuityConfig, now: datetime, source: str, previous_key: str = ""
+    session: Session,
+    config: ContinuityConfig,
+    now: datetime,
+    event: Event,
+    source: str,
+    previous_key: str = "",
 ) -> str:
     prepared = recovery_prepare(
         owner=session.owner,
@@ -300,6 +310,7 @@ def _recovery_context(
         config=config,
         now=now,
         previous_session_key=previous_key,
+        budget=_recovery_budget(config, event),
     )
     if prepared is None:
         return ""
@@ -366,7 +377,7 @@ def _on_session_start(
     if event.source == "clear":  # the user asked for a clean slate
         return _Step()
     context = _recovery_context(
-        session, config, now, event.source or "startup", event.previous_session_key
+        session, config, now, event, event.source or "startup", event.previous_session_key
     )
     if compact and context:
         session.compaction_recovered = True
@@ -383,7 +394,7 @@ def _on_prompt(
     if text:
         kept = text[:PROMPT_KEEP_CHARS]
         session.recent_prompts = _push(session.recent_prompts, kept, MAX_PROMPTS)
-        remembered = remembered_text(text)
+        remembered = event.remember  # the harness's own way to mark a note (its adapter)
         if remembered:
             session.recent_remembers = _push(session.recent_remembers, remembered, MAX_REMEMBERS)
         terms = query_terms(text)
@@ -398,12 +409,12 @@ def _on_prompt(
     # Owed when a compaction's SessionStart injected nothing, or no SessionStart came at all.
     if session.recovery_due:
         session.recovery_due = False
-        step.context = _recovery_context(session, config, now, "prompt")
+        step.context = _recovery_context(session, config, now, event, "prompt")
         if step.context:
             session.compaction_recovered = True
     # Both fit: the recovery context stays within its reserve of the inject budget.
     separator = "\n\n" if step.context else ""
-    room = config.inject_budget_chars - len(step.context) - len(separator)
+    room = inject_limit(config=config, event=event) - len(step.context) - len(separator)
     reminder = pressure_reminder(session=session, config=config, room=room)
     if reminder:
         step.context = f"{step.context}{separator}{reminder}"
