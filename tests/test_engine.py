@@ -8,7 +8,7 @@ from checkpoints.harnesses.base import remembered_text
 from checkpoints.harnesses.claude_code import REMEMBER_PREFIXES
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
 from checkpoints.services.config import config_cache_clear, config_get, config_save
-from checkpoints.services.engine import query_terms
+from checkpoints.services.events import query_terms
 from checkpoints.services.pending import checkpoints_flush_due
 from tests.hookutil import TRANSCRIPT, client_read, context_of, payload, send
 
