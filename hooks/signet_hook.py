@@ -7,7 +7,8 @@ Usage (Claude Code runs it as a ``command`` hook, the payload JSON on stdin)::
                                     [--outbox PATH] claude-code
 
 (The installer writes it as an import of this module, through ``cli()``, so that its cached
-bytecode is used: see ``hooks/install.py``.)
+bytecode is used: see ``hooks/install.py``.) With ``--notify`` it is Codex's legacy ``notify``
+program instead: the payload is its last argument (``... --notify codex '{json}'``).
 
 It POSTs the payload to ``{url}/api/hooks/{harness}/`` with the bearer token read from the
 environment variable named by ``--token-env``, and prints the server's JSON reply (what the
@@ -79,6 +80,7 @@ PACKED_REFS_MAX_BYTES = 1024 * 1024
 _HARNESS_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 _HARNESS_CHARS = _HARNESS_FIRST | frozenset("_-")
 _SHA_CHARS = frozenset("0123456789abcdef")
+_KEY_PUNCTUATION = frozenset("._:@+=~-")
 _JSON_SPACE = " \t\n\r"  # what the json package skips around a document
 
 
@@ -432,6 +434,16 @@ def git_state(git_dir: str) -> dict[str, str]:
     return {}
 
 
+def is_session_key(text: str) -> bool:
+    """Whether the server takes ``text`` as a session key: 1 to 255 letters, digits and
+    ``. _ : @ + = ~ -``, starting with a letter or digit (its credential check aside)."""
+    return (
+        0 < len(text) <= 255
+        and text[0].isalnum()
+        and all(char.isalnum() or char in _KEY_PUNCTUATION for char in text)
+    )
+
+
 def client_context(payload: dict[str, Any]) -> dict[str, str]:
     """The ``signet`` object: the normalised project path and git state of the payload's cwd.
 
@@ -439,6 +451,12 @@ def client_context(payload: dict[str, Any]) -> dict[str, str]:
     field is best-effort; one that fails is simply absent.
     """
     context: dict[str, str] = {}
+    # Handoff (``manage.py handoff``): the session this one continues, possibly another
+    # harness's. Held to the server's rule for session keys, which refuses the whole event
+    # for a bad one: a mistyped variable must not cost the session its events.
+    previous = os.environ.get("SIGNET_PREVIOUS_SESSION_KEY", "").strip()
+    if is_session_key(previous):
+        context["previous_session_key"] = previous
     cwd = payload.get("cwd")
     if not isinstance(cwd, str) or not cwd:
         return context
@@ -1054,12 +1072,24 @@ def outbox_entry(options: Options, key: str, payload: dict[str, Any]) -> dict[st
 
 def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog: bool) -> str:
     """Do the work; returns the one line to report on stderr ("" for none)."""
+    if argv is None:
+        argv = sys.argv[1:]
+    # ``--notify``: run as Codex's legacy ``notify`` program, which gets the payload as its
+    # last argument (appended by Codex), not on stdin.
+    notify = "--notify" in argv[:-1]
+    if notify:
+        argv, argument = [arg for arg in argv[:-1] if arg != "--notify"], argv[-1]
     options = parse_args(argv)
     deadline = Deadline(options.timeout)
     guard = Watchdog(options.timeout + WATCHDOG_GRACE_SECONDS) if watchdog else None
-    if stdin.isatty():
+    if notify:
+        import io  # already loaded by the interpreter: costs nothing
+
+        payload = read_payload(io.BytesIO(os.fsencode(argument)))
+    elif stdin.isatty():
         return "no payload on stdin"
-    payload = read_payload(stdin)
+    else:
+        payload = read_payload(stdin)
     token = os.environ.get(options.token_env, "").strip()
     if not token:
         # Not queued: without a token the server can only refuse it, like any 401.

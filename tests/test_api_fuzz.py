@@ -75,6 +75,7 @@ def test_the_schema_documents_every_route() -> None:
         "GET /api/recovery/",
         "GET /api/sessions/",
         "GET /api/sessions/{session_key}/",
+        "GET /api/sessions/{session_key}/export/",
         "GET /api/whoami/",
         "POST /api/checkpoints/",
         "POST /api/hooks/{harness}/",

@@ -4,6 +4,7 @@ from rest_framework.permissions import AllowAny
 
 import checkpoints.api.schema  # noqa: F401  (registers the bearer scheme)
 from checkpoints.api import resources
+from checkpoints.api.exports import SessionExportApi
 from checkpoints.api.hooks import HookIngestApi
 from checkpoints.api.views import WhoAmIApi
 
@@ -38,6 +39,7 @@ urlpatterns = [
     path(
         "sessions/<str:session_key>/", resources.SessionDetailApi.as_view(), name="session-detail"
     ),
+    path("sessions/<str:session_key>/export/", SessionExportApi.as_view(), name="session-export"),
     path("recovery/", resources.RecoveryApi.as_view(), name="recovery"),
     path(
         "schema/",
