@@ -6,9 +6,20 @@ from __future__ import annotations
 
 from checkpoints.harnesses.base import HarnessAdapter
 from checkpoints.harnesses.claude_code import ClaudeCodeAdapter
+from checkpoints.harnesses.codex import CodexAdapter
+from checkpoints.harnesses.gemini import GeminiAdapter
+from checkpoints.harnesses.openclaw import OpenClawAdapter
+from checkpoints.harnesses.opencode import OpenCodeAdapter
 
 ADAPTERS: dict[str, HarnessAdapter] = {
-    adapter.harness: adapter for adapter in (ClaudeCodeAdapter(),)
+    adapter.harness: adapter
+    for adapter in (
+        ClaudeCodeAdapter(),
+        OpenClawAdapter(),
+        CodexAdapter(),
+        GeminiAdapter(),
+        OpenCodeAdapter(),
+    )
 }
 
 

@@ -1,6 +1,9 @@
-"""``manage.py install_hooks claude-code [--url URL] [--settings-file PATH] [--token-env NAME]
-[--python PATH] [--with-mcp [--mcp-config PATH] [--claude-md PATH]] [--uninstall]``: write
-Signet's hooks into the harness's settings (or take them out).
+"""``manage.py install_hooks {claude-code,codex,gemini} [--url URL] [--settings-file PATH]
+[--token-env NAME] [--python PATH] [--with-mcp [--mcp-config PATH] [--claude-md PATH]]
+[--uninstall]``: write Signet's hooks into the harness's settings (or take them out).
+
+The settings file defaults to the harness's own: ``~/.claude/settings.json``,
+``~/.codex/hooks.json`` (``$CODEX_HOME/hooks.json`` when set) or ``~/.gemini/settings.json``.
 
 ``--with-mcp`` also registers the stdio MCP server (``manage.py mcp_server``, run by the Python
 running this command) in Claude Code's user configuration (``~/.claude.json``) and writes the
@@ -14,6 +17,7 @@ before the command is even looked up).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +32,20 @@ from hooks.install import (
     install_claude_code,
     uninstall_claude_code,
 )
+from hooks.install_harnesses import (
+    DEFAULT_GEMINI_SETTINGS,
+    codex_notify_argv,
+    default_codex_hooks,
+    install_codex,
+    install_gemini,
+    uninstall_harness,
+)
+from hooks.install_openclaw import DEFAULT_OPENCLAW_CONFIG, install_openclaw, uninstall_openclaw
+from hooks.install_opencode import DEFAULT_OPENCODE_PLUGINS, install_opencode, uninstall_opencode
 from hooks.instructions import DEFAULT_CLAUDE_MD, instructions_install, instructions_uninstall
 from hooks.mcp_config import DEFAULT_CLAUDE_JSON, mcp_install, mcp_uninstall
+
+NAMES = {"claude-code": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 
 
 class Command(BaseCommand):
@@ -40,12 +56,16 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("harness", choices=["claude-code"])
+        parser.add_argument(
+            "harness", choices=["claude-code", "codex", "gemini", "openclaw", "opencode"]
+        )
         parser.add_argument("--url", default=DEFAULT_URL, help=f"Server URL ({DEFAULT_URL}).")
         parser.add_argument(
             "--settings-file",
-            default=DEFAULT_CLAUDE_SETTINGS,
-            help=f"Settings file to change ({DEFAULT_CLAUDE_SETTINGS}).",
+            help=(
+                f"Settings file to change (claude-code: {DEFAULT_CLAUDE_SETTINGS}; codex: "
+                f"{default_codex_hooks()}; gemini: {DEFAULT_GEMINI_SETTINGS})."
+            ),
         )
         parser.add_argument(
             "--token-env",
@@ -78,18 +98,43 @@ class Command(BaseCommand):
             help=f"Memory file that gets the MCP instructions ({DEFAULT_CLAUDE_MD}).",
         )
         parser.add_argument(
+            "--plugin-dir",
+            default=DEFAULT_OPENCODE_PLUGINS,
+            help=f"opencode: the plugin folder signet.js goes into ({DEFAULT_OPENCODE_PLUGINS}).",
+        )
+        parser.add_argument(
             "--uninstall",
             action="store_true",
             help="Remove Signet's hooks (and with --with-mcp its MCP server), keep the rest.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        settings_path = Path(options["settings_file"]).expanduser()
+        harness = options["harness"]
+        if options["with_mcp"] and harness != "claude-code":
+            raise CommandError("--with-mcp is for claude-code only.")
+        if harness == "openclaw":
+            self._openclaw(options)
+            return
+        if harness == "opencode":
+            self._opencode(options)
+            return
+        defaults = {
+            "claude-code": DEFAULT_CLAUDE_SETTINGS,
+            "codex": default_codex_hooks(),
+            "gemini": DEFAULT_GEMINI_SETTINGS,
+        }
+        settings_path = Path(options["settings_file"] or defaults[harness]).expanduser()
+        install = {
+            "claude-code": install_claude_code,
+            "codex": install_codex,
+            "gemini": install_gemini,
+        }[harness]
         try:
             if options["uninstall"]:
-                result = uninstall_claude_code(settings_path)
+                uninstall = uninstall_claude_code if harness == "claude-code" else uninstall_harness
+                result = uninstall(settings_path)
             else:
-                result = install_claude_code(
+                result = install(
                     settings_path,
                     url=options["url"],
                     token_env=options["token_env"],
@@ -99,7 +144,61 @@ class Command(BaseCommand):
                 self._mcp(options)
         except InstallError as exc:
             raise CommandError(str(exc)) from exc
-        self._report(result, uninstall=options["uninstall"], token_env=options["token_env"])
+        self._report(
+            result, uninstall=options["uninstall"], token_env=options["token_env"], harness=harness
+        )
+        if harness == "codex" and not options["uninstall"]:
+            # Older Codex versions have no hooks, only the legacy notify program.
+            argv = codex_notify_argv(
+                url=options["url"], token_env=options["token_env"], interpreter=result.interpreter
+            )
+            self.stdout.write(
+                "Codex versions without hooks: add to ~/.codex/config.toml instead\n"
+                f"  notify = {json.dumps(argv, ensure_ascii=False)}"
+            )
+
+    def _openclaw(self, options: dict[str, Any]) -> None:
+        # The plugin goes to extensions/ next to --settings-file (OpenClaw's state dir).
+        config_path = Path(options["settings_file"] or DEFAULT_OPENCLAW_CONFIG).expanduser()
+        try:
+            if options["uninstall"]:
+                result = uninstall_openclaw(config_path)
+            else:
+                result = install_openclaw(
+                    config_path, url=options["url"], token_env=options["token_env"]
+                )
+        except InstallError as exc:
+            raise CommandError(str(exc)) from exc
+        for line in result.report(uninstall=options["uninstall"], token_env=options["token_env"]):
+            self.stdout.write(line)
+
+    def _opencode(self, options: dict[str, Any]) -> None:
+        plugin_dir = Path(options["plugin_dir"]).expanduser()
+        try:
+            if options["uninstall"]:
+                result = uninstall_opencode(plugin_dir)
+            else:
+                result = install_opencode(
+                    plugin_dir, url=options["url"], token_env=options["token_env"]
+                )
+        except InstallError as exc:
+            raise CommandError(str(exc)) from exc
+        path = result.settings_path
+        if options["uninstall"]:
+            removed = f"Removed Signet's plugin {path}"
+            self.stdout.write(removed if result.changed else f"No Signet plugin at {path}.")
+            return
+        if result.changed:
+            self.stdout.write(self.style.SUCCESS(f"Wrote Signet's plugin {path}"))
+            self.stdout.write(f"  events: {', '.join(result.installed)}")
+        else:
+            self.stdout.write(f"Signet's plugin {path} is already up to date.")
+        if result.backup_path is not None:
+            self.stdout.write(f"  backup: {result.backup_path}")
+        self.stdout.write(
+            f"OpenCode must see the token in its environment: export {options['token_env']}=... "
+            "(create one with: python manage.py create_token --user NAME --scopes ingest,read)"
+        )
 
     def _mcp(self, options: dict[str, Any]) -> None:
         config_path = Path(options["mcp_config"]).expanduser()
@@ -128,7 +227,9 @@ class Command(BaseCommand):
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
 
-    def _report(self, result: InstallResult, *, uninstall: bool, token_env: str) -> None:
+    def _report(
+        self, result: InstallResult, *, uninstall: bool, token_env: str, harness: str
+    ) -> None:
         path = result.settings_path
         if uninstall:
             if not result.changed:
@@ -148,13 +249,14 @@ class Command(BaseCommand):
                         f"  replaced earlier Signet entries in: {', '.join(result.removed)}"
                     )
                 # Pinned by path: removing that Python breaks the hook until the next install.
-                self.stdout.write(
-                    f"  SessionStart, PreCompact and Stop run with: {result.interpreter}"
+                which = (
+                    "SessionStart, PreCompact and Stop" if harness == "claude-code" else "All hooks"
                 )
+                self.stdout.write(f"  {which} run with: {result.interpreter}")
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
         if not uninstall:
             self.stdout.write(
-                f"Claude Code must see the token in its environment: export {token_env}=... "
+                f"{NAMES[harness]} must see the token in its environment: export {token_env}=... "
                 "(create one with: python manage.py create_token --user NAME --scopes ingest,read)"
             )
