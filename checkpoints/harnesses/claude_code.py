@@ -46,15 +46,27 @@ def _tool_files(tool_name: str, tool_input: Any) -> tuple[str, ...]:
     return (clean_text(path),) if isinstance(path, str) and path else ()
 
 
-class ClaudeCodeAdapter:
-    harness = "claude-code"
-    context_cap_chars = 10_000
+class ClaudeStyleAdapter:
+    """Harnesses whose hooks send Claude Code's shape: ``hook_event_name``, ``session_id``,
+    ``cwd``, per-event fields, and ``hookSpecificOutput.additionalContext`` back. A subclass
+    names its harness, cap, events (``kinds``), the events that can inject
+    (``context_events``) and its note prefixes; ``payload_extra`` adds what its payloads add."""
+
+    harness = ""
+    context_cap_chars = 0
     event_in_path = False
+    kinds: dict[str, EventKind] = {}
+    context_events: dict[EventKind, str] = {}
+    remember_prefixes: tuple[str, ...] = ()
+
+    def payload_extra(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Harness-specific values kept in ``Event.extra``."""
+        return {}
 
     def parse(self, payload: dict[str, Any], *, event_name: str = "") -> Event:
         name = text_field(payload, "hook_event_name", required=True)
         session_key = identifier_field(payload, "session_id", required=True)
-        kind = KINDS.get(name, EventKind.UNKNOWN)
+        kind = self.kinds.get(name, EventKind.UNKNOWN)
         client = client_block(payload)
         common: dict[str, Any] = {
             "kind": kind,
@@ -67,37 +79,47 @@ class ClaudeCodeAdapter:
             "context_cap_chars": self.context_cap_chars,
             **client_fields(client),
         }
+        extra = self.payload_extra(payload)
         if kind is EventKind.SESSION_START:
-            return Event(**common, source=text_field(payload, "source"))
+            return Event(**common, source=text_field(payload, "source"), extra=extra)
         if kind is EventKind.PROMPT:
             prompt = text_field(payload, "prompt", required=True)
-            return Event(
-                **common, prompt=prompt, remember=remembered_text(prompt, REMEMBER_PREFIXES)
-            )
+            remember = remembered_text(prompt, self.remember_prefixes)
+            return Event(**common, prompt=prompt, remember=remember, extra=extra)
         if kind is EventKind.TOOL_USE:
             tool_name = text_field(payload, "tool_name")
             files = _tool_files(tool_name, payload.get("tool_input"))
-            return Event(**common, files=files, extra={"tool_name": tool_name})
+            return Event(**common, files=files, extra={**extra, "tool_name": tool_name})
         if kind is EventKind.REMEMBER:
-            return Event(**common, remember=text_field(payload, "text", required=True))
+            note = text_field(payload, "text", required=True)
+            return Event(**common, remember=note, extra=extra)
         if kind in (EventKind.PRE_COMPACT, EventKind.POST_COMPACT):
             return Event(
                 **common,
                 source=text_field(payload, "trigger"),
                 compact_summary=text_field(payload, "compact_summary"),
                 transcript=transcript_parse(client) if kind is EventKind.PRE_COMPACT else None,
+                extra=extra,
             )
         if kind is EventKind.STOP:
             message = text_field(payload, "last_assistant_message")
-            return Event(**common, last_assistant_message=message)
+            return Event(**common, last_assistant_message=message, extra=extra)
         if kind is EventKind.SESSION_END:
-            return Event(**common, source=text_field(payload, "reason"))
-        return Event(**common)
+            return Event(**common, source=text_field(payload, "reason"), extra=extra)
+        return Event(**common, extra=extra)
 
     def render(self, event: Event, outcome: Outcome) -> dict[str, Any]:
-        hook_name = CONTEXT_EVENTS.get(event.kind)
+        hook_name = self.context_events.get(event.kind)
         if hook_name is None or not outcome.context:
             return {}
         return {
             "hookSpecificOutput": {"hookEventName": hook_name, "additionalContext": outcome.context}
         }
+
+
+class ClaudeCodeAdapter(ClaudeStyleAdapter):
+    harness = "claude-code"
+    context_cap_chars = 10_000
+    kinds = KINDS
+    context_events = CONTEXT_EVENTS
+    remember_prefixes = REMEMBER_PREFIXES

@@ -29,15 +29,13 @@ from typing import Any
 from checkpoints.harnesses.base import (
     Event,
     EventKind,
-    Outcome,
     PayloadError,
     client_block,
     client_fields,
     identifier_field,
-    remembered_text,
     text_field,
-    transcript_parse,
 )
+from checkpoints.harnesses.claude_code import ClaudeStyleAdapter
 
 KINDS = {
     "SessionStart": EventKind.SESSION_START,
@@ -52,48 +50,20 @@ REMEMBER_PREFIXES = ("/remember", "#")
 NOTIFY_TURN_COMPLETE = "agent-turn-complete"
 
 
-class CodexAdapter:
+class CodexAdapter(ClaudeStyleAdapter):
     harness = "codex"
     context_cap_chars = 2_500
-    event_in_path = False
+    kinds = KINDS
+    context_events = CONTEXT_EVENTS
+    remember_prefixes = REMEMBER_PREFIXES
 
     def parse(self, payload: dict[str, Any], *, event_name: str = "") -> Event:
         if "hook_event_name" not in payload and "type" in payload:
             return self._notify(payload)
-        name = text_field(payload, "hook_event_name", required=True)
-        kind = KINDS.get(name, EventKind.UNKNOWN)
-        client = client_block(payload)
-        common: dict[str, Any] = {
-            "kind": kind,
-            "harness": self.harness,
-            "session_key": identifier_field(payload, "session_id", required=True),
-            "name": name,
-            "cwd": text_field(payload, "cwd"),
-            "transcript_path": text_field(payload, "transcript_path"),
-            "model": text_field(payload, "model"),
-            "context_cap_chars": self.context_cap_chars,
-            "extra": {"turn_id": text_field(payload, "turn_id")},
-            **client_fields(client),
-        }
-        if kind is EventKind.SESSION_START:
-            return Event(**common, source=text_field(payload, "source"))
-        if kind is EventKind.PROMPT:
-            prompt = text_field(payload, "prompt", required=True)
-            return Event(
-                **common, prompt=prompt, remember=remembered_text(prompt, REMEMBER_PREFIXES)
-            )
-        if kind is EventKind.PRE_COMPACT:
-            return Event(
-                **common, source=text_field(payload, "trigger"), transcript=transcript_parse(client)
-            )
-        if kind is EventKind.POST_COMPACT:
-            return Event(**common, source=text_field(payload, "trigger"))
-        if kind is EventKind.STOP:
-            message = text_field(payload, "last_assistant_message")
-            return Event(**common, last_assistant_message=message)
-        if kind is EventKind.SESSION_END:
-            return Event(**common, source=text_field(payload, "reason"))
-        return Event(**common)
+        return super().parse(payload, event_name=event_name)
+
+    def payload_extra(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"turn_id": text_field(payload, "turn_id")}
 
     def _notify(self, payload: dict[str, Any]) -> Event:
         """The legacy ``notify`` payload: kebab-case keys, the thread as the session."""
@@ -112,11 +82,3 @@ class CodexAdapter:
             extra={"turn_id": text_field(payload, "turn-id")},
             **client_fields(client_block(payload)),
         )
-
-    def render(self, event: Event, outcome: Outcome) -> dict[str, Any]:
-        hook_name = CONTEXT_EVENTS.get(event.kind)
-        if hook_name is None or not outcome.context:
-            return {}
-        return {
-            "hookSpecificOutput": {"hookEventName": hook_name, "additionalContext": outcome.context}
-        }

@@ -15,19 +15,8 @@ or ``#`` is a note to keep.
 
 from __future__ import annotations
 
-from typing import Any
-
-from checkpoints.harnesses.base import (
-    Event,
-    EventKind,
-    Outcome,
-    client_block,
-    client_fields,
-    identifier_field,
-    remembered_text,
-    text_field,
-    transcript_parse,
-)
+from checkpoints.harnesses.base import EventKind
+from checkpoints.harnesses.claude_code import ClaudeStyleAdapter
 
 KINDS = {
     "SessionStart": EventKind.SESSION_START,
@@ -39,44 +28,9 @@ CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "Be
 REMEMBER_PREFIXES = ("/remember", "#")
 
 
-class GeminiAdapter:
+class GeminiAdapter(ClaudeStyleAdapter):
     harness = "gemini"
     context_cap_chars = 10_000
-    event_in_path = False
-
-    def parse(self, payload: dict[str, Any], *, event_name: str = "") -> Event:
-        name = text_field(payload, "hook_event_name", required=True)
-        kind = KINDS.get(name, EventKind.UNKNOWN)
-        client = client_block(payload)
-        common: dict[str, Any] = {
-            "kind": kind,
-            "harness": self.harness,
-            "session_key": identifier_field(payload, "session_id", required=True),
-            "name": name,
-            "cwd": text_field(payload, "cwd"),
-            "transcript_path": text_field(payload, "transcript_path"),
-            "context_cap_chars": self.context_cap_chars,
-            **client_fields(client),
-        }
-        if kind is EventKind.SESSION_START:
-            return Event(**common, source=text_field(payload, "source"))
-        if kind is EventKind.PROMPT:
-            prompt = text_field(payload, "prompt", required=True)
-            return Event(
-                **common, prompt=prompt, remember=remembered_text(prompt, REMEMBER_PREFIXES)
-            )
-        if kind is EventKind.PRE_COMPACT:
-            return Event(
-                **common, source=text_field(payload, "trigger"), transcript=transcript_parse(client)
-            )
-        if kind is EventKind.SESSION_END:
-            return Event(**common, source=text_field(payload, "reason"))
-        return Event(**common)
-
-    def render(self, event: Event, outcome: Outcome) -> dict[str, Any]:
-        hook_name = CONTEXT_EVENTS.get(event.kind)
-        if hook_name is None or not outcome.context:
-            return {}
-        return {
-            "hookSpecificOutput": {"hookEventName": hook_name, "additionalContext": outcome.context}
-        }
+    kinds = KINDS
+    context_events = CONTEXT_EVENTS
+    remember_prefixes = REMEMBER_PREFIXES
