@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TOKEN_ENV = "SIGNET_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 DEFAULT_TIMEOUT = 4.0
+MAX_ENV_TIMEOUT = 8.0
 DEFAULT_OUTBOX = "~/.signet/outbox.jsonl"
 USER_AGENT = "signet-hook/1"
 
@@ -271,7 +272,10 @@ def _argparse(argv: list[str]) -> dict[str, str | None]:
     )
     parser.add_argument(
         "--timeout",
-        help=f"Overall deadline in seconds (env SIGNET_HOOK_TIMEOUT; {DEFAULT_TIMEOUT}).",
+        help=(
+            f"Overall deadline in seconds (env SIGNET_HOOK_TIMEOUT, at most {MAX_ENV_TIMEOUT:g}; "
+            f"{DEFAULT_TIMEOUT})."
+        ),
     )
     parser.add_argument("--outbox", help=f"Outbox file (env SIGNET_OUTBOX; {DEFAULT_OUTBOX}).")
     return vars(parser.parse_args(argv))
@@ -334,6 +338,10 @@ def parse_args(argv: list[str] | None) -> Options:
         timeout = DEFAULT_TIMEOUT
     if not 0 < timeout <= 600:
         timeout = DEFAULT_TIMEOUT
+    if not args.get("timeout"):
+        # The installed hooks' own budgets are 10 s at least: a deadline from the environment
+        # must leave the watchdog its grace inside them, or the harness kills the hook first.
+        timeout = min(timeout, MAX_ENV_TIMEOUT)
     outbox = os.path.expanduser(
         args.get("outbox") or os.environ.get("SIGNET_OUTBOX") or DEFAULT_OUTBOX
     )

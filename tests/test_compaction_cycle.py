@@ -157,7 +157,17 @@ def test_a_replay_that_creates_its_session_starts_it_when_it_happened(hook, cloc
     assert session.started_at == clock.now - timezone.timedelta(minutes=60)
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "2026-13-01T00:00:00", 5])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "yesterday",
+        "2026-13-01T00:00:00",
+        5,
+        "0001-01-01T00:00:00+05:00",  # before the epoch of every database: was a 500
+        "2000-01-01T00:00:00+00:00",  # older than any outbox keeps
+        "2999-01-01T00:00:00+00:00",  # a client clock far ahead
+    ],
+)
 def test_a_malformed_queued_at_is_refused_with_a_reason(hook, bad):
     body = payload("user_prompt_submit")
     body["signet"] = {"queued_at": bad}

@@ -3,11 +3,13 @@ the token-threshold checkpoints, and whether the agent acted on a reminder."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
+from django.utils import timezone
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Session
 from checkpoints.services.config import config_cache_clear, config_get, config_save
@@ -131,7 +133,7 @@ def test_a_replayed_usage_is_stale_and_ignored(hook):
     started(hook)
     stop(hook, 20_000)
 
-    stop(hook, 190_000, queued_at="2026-01-01T00:00:00+00:00")
+    stop(hook, 190_000, queued_at=(timezone.now() - timedelta(hours=1)).isoformat())
 
     assert session().context_tokens == 20_000
 

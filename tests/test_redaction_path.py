@@ -6,7 +6,8 @@ from urllib.parse import quote
 
 import pytest
 
-from checkpoints.models import Checkpoint, Session
+from checkpoints.models import Checkpoint, Injection, Session
+from checkpoints.services.events import _redacted_short
 from tests.hookutil import TRANSCRIPT, client_read, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
@@ -86,3 +87,27 @@ def test_every_session_the_hook_endpoint_accepts_is_addressable(client_for, owne
     assert response.status_code == 200
     assert response.json()["session_key"] == key
     assert client.get(f"/api/checkpoints/{quote(key)}/").status_code == 200
+
+
+def test_an_end_reason_and_a_start_source_are_redacted(client_for, owner):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup", source=f"startup {GITHUB_TOKEN}"))
+    send(hook, payload("session_end", reason=GITHUB_TOKEN))
+    stored = repr(list(Session.objects.values_list())) + repr(list(Injection.objects.values_list()))
+    assert GITHUB_TOKEN not in stored
+
+
+def test_long_field_values_are_not_kept_in_the_redaction_cache(client_for, owner):
+    """The per-worker cache holds short repeated values only: a client sending huge,
+    ever-different values cannot pin them in memory."""
+    hook = client_for(owner, "ingest")
+
+    def cached_after(models):
+        _redacted_short.cache_clear()
+        for model in models:
+            send(hook, payload("user_prompt_submit", model=model))
+        return _redacted_short.cache_info().currsize
+
+    long_ones = cached_after([f"m{number}" * 50_000 for number in range(5)])
+    short_ones = cached_after([f"model-{number}" for number in range(5)])
+    assert short_ones == long_ones + 5

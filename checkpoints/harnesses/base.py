@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
+
+from django.utils import timezone
 
 from checkpoints.services.redaction import contains_secret
 
@@ -163,6 +165,9 @@ TRANSCRIPT_TEXT_CHARS = 4000
 # ``signet.usage.context_tokens`` is kept up to the column's range on PostgreSQL.
 USAGE_MAX_TOKENS = 2**31 - 1
 USAGE_MODEL_CHARS = 128
+# A replayed event older than this is refused; a client clock this far ahead is tolerated.
+QUEUED_AT_MAX_AGE = timedelta(days=30)
+QUEUED_AT_MAX_SKEW = timedelta(hours=1)
 
 
 def text_field(
@@ -234,9 +239,16 @@ def queued_at_parse(client: dict[str, Any]) -> datetime | None:
         return None
     try:
         moment = datetime.fromisoformat(raw)
-    except ValueError:
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise PayloadError("'signet.queued_at' must be an ISO 8601 time.") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    now = timezone.now()
+    if not now - QUEUED_AT_MAX_AGE <= moment <= now + QUEUED_AT_MAX_SKEW:
+        raise PayloadError(
+            "'signet.queued_at' must lie within the last "
+            f"{QUEUED_AT_MAX_AGE.days} days (an outbox keeps nothing older)."
+        )
+    return moment
 
 
 def usage_parse(client: dict[str, Any]) -> ContextUsage | None:

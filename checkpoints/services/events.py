@@ -28,6 +28,7 @@ PATH_KEEP_CHARS = 1024
 TRANSCRIPT_PATH_KEEP_CHARS = 4096
 MODEL_KEEP_CHARS = 128
 BRANCH_KEEP_CHARS = 255
+SOURCE_KEEP_CHARS = 64  # a start source, an end reason, a compaction trigger
 MAX_TOKENS = 2**31 - 1  # the column's range on PostgreSQL
 QUERY_TERMS = 8
 
@@ -43,10 +44,17 @@ _STOPWORD_TEXT = (
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
-@functools.lru_cache(maxsize=4096)
 def _redacted_field(value: str, limit: int) -> str:
     """``redact_clip`` for the fields a session repeats on every event (cwd, model, branch,
-    transcript path): the same few values, so each is scanned once per worker."""
+    transcript path): the same few values, so each is scanned once per worker. A value
+    longer than it may be kept is not cached: the cache would hold all of it."""
+    if len(value) > limit:
+        return redact_clip(value, limit)
+    return _redacted_short(value, limit)
+
+
+@functools.lru_cache(maxsize=4096)
+def _redacted_short(value: str, limit: int) -> str:
     return redact_clip(value, limit)
 
 
@@ -65,6 +73,7 @@ def event_prepare(event: Event) -> Event:
         model=_redacted_field(event.model, MODEL_KEEP_CHARS),
         git_branch=_redacted_field(event.git_branch, BRANCH_KEEP_CHARS),
         git_head=event.git_head if _is_commit(event.git_head) else "",
+        source=_redacted_field(event.source, SOURCE_KEEP_CHARS),
         prompt=redact_clip(event.prompt.strip(), REMEMBER_KEEP_CHARS),
         remember=redact_clip(event.remember.strip(), REMEMBER_KEEP_CHARS),
         compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),

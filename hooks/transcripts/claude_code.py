@@ -151,7 +151,7 @@ def parse_lines(lines: Iterable[str | bytes], *, truncated: bool = False) -> Tra
 
 
 def _decode(raw: str | bytes) -> _Json | None:
-    if not isinstance(raw, str | bytes):
+    if not isinstance(raw, (str, bytes)):
         return None
     line = raw.strip()
     # Cheap rejection of anything that cannot be a JSON object before paying for a parse.
