@@ -244,17 +244,27 @@ def _load(settings_path: Path) -> tuple[dict[str, Any], bytes | None]:
     return settings, raw
 
 
+def _mode_of(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o600
+
+
 def _backup(settings_path: Path, raw: bytes) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     for attempt in range(1000):
         suffix = f".signet-backup-{stamp}" + (f"-{attempt}" if attempt else "")
         backup = settings_path.with_name(settings_path.name + suffix)
         try:
-            # "x": two runs in the same second must not overwrite the first backup.
-            with backup.open("xb") as handle:
-                handle.write(raw)
+            # O_EXCL: two runs in the same second must not overwrite the first backup. The
+            # original's mode: a settings file kept private (~/.claude.json holds other
+            # servers' secrets) must not leave a readable copy beside it.
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_of(settings_path))
         except FileExistsError:
             continue
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
         return backup
     raise InstallError(f"too many backups of {settings_path} this second")
 

@@ -15,6 +15,9 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/", include("checkpoints.api.urls")),
     path("mcp/", McpApi.as_view(), name="mcp"),
+    # MCP clients are often configured with ".../mcp": a redirect would turn their POST
+    # into a GET.
+    path("mcp", McpApi.as_view(), name="mcp-bare"),
     path("admin/", admin.site.urls),
 ]
 

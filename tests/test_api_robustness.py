@@ -231,6 +231,23 @@ def test_a_chunked_checkpoint_body_is_read_when_the_server_ends_the_input(client
     assert response.json()["digest"] == "chunked"
 
 
+@pytest.mark.parametrize("authorization", [None, "Bearer sig_not-a-real-token", "Basic eDp5"])
+def test_a_chunked_body_is_not_read_without_a_valid_token(client, authorization):
+    """Read before the view authenticates, a body that never ends would hold a thread: an
+    anonymous sender gets 411 before a byte of it is read."""
+    body = json.dumps(payload("user_prompt_submit", session_id="anon")).encode()
+    environ = {"wsgi.input": _CountingInput(body), "wsgi.input_terminated": True}
+    headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
+    response = client.generic(
+        "POST", HOOK_URL, body, content_type="application/json",
+        HTTP_TRANSFER_ENCODING="chunked", CONTENT_LENGTH="", **environ, **headers,
+    )  # fmt: skip
+    assert response.status_code == 411
+    assert _error_of(response)["error"] == "length_required"
+    assert environ["wsgi.input"].taken == 0
+    assert not Session.objects.exists()
+
+
 @pytest.mark.parametrize("path", [HOOK_URL, "/api/checkpoints/"])
 def test_a_chunked_body_over_the_limit_answers_413_unread(client_for, owner, settings, path):
     settings.SIGNET_MAX_BODY_BYTES = 10_000

@@ -609,3 +609,12 @@ def test_the_installed_stop_command_sends_the_context_usage(tmp_path):
     assert usage["context_tokens"] == 21625
     assert usage["model"].startswith("claude-")
     assert "transcript" not in received[0].body["signet"]
+
+
+def test_a_backup_is_as_private_as_the_file_it_copies(tmp_path):
+    target = tmp_path / "settings.json"
+    target.write_text('{"model": "opus"}\n')
+    target.chmod(0o600)
+    result = install_claude_code(target)
+    assert result.backup_path is not None
+    assert result.backup_path.stat().st_mode & 0o777 == 0o600

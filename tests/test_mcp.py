@@ -20,11 +20,16 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.core.management import call_command
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from rest_framework.test import APIClient
 
+from checkpoints.mcp.principal import McpPrincipal
+from checkpoints.mcp.server import _in_django
+from checkpoints.mcp.tools import checkpoint_briefs
 from checkpoints.models import Checkpoint, Session
 from checkpoints.services.config import config_cache_clear, config_get, config_save
+from checkpoints.services.tokens import token_create, token_revoke
 from hooks.install import InstallError
 from hooks.mcp_config import SERVER_NAME, mcp_install, mcp_uninstall
 from tests.test_serve import free_port, service_env
@@ -255,11 +260,14 @@ def test_requests_without_a_valid_token_are_refused(owner, make_token):
     assert ingest_only.post("/mcp/", body, format="json").status_code == 403
 
 
-def test_one_json_rpc_post_is_answered_in_json(owner, make_token):
+@pytest.mark.parametrize("url", ["/mcp/", "/mcp"])
+def test_one_json_rpc_post_is_answered_in_json(owner, make_token, url):
+    """At /mcp/ and at /mcp, as clients are often configured: a redirect would turn the
+    POST into a GET."""
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(owner, 'read')}")
     response = api.post(
-        "/mcp/",
+        url,
         {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}},
         format="json",
         headers={"Accept": "application/json, text/event-stream"},
@@ -269,7 +277,7 @@ def test_one_json_rpc_post_is_answered_in_json(owner, make_token):
     body = response.json()
     assert body["id"] == 7
     assert {tool["name"] for tool in body["result"]["tools"]} == TOOLS
-    assert api.get("/mcp/").status_code == 405
+    assert api.get(url).status_code == 405
 
 
 # --- a real server, a real client --------------------------------------------------------
@@ -554,3 +562,15 @@ def test_install_hooks_with_mcp_writes_config_and_instructions(tmp_path):
     assert SERVER_NAME not in json.loads(config.read_text()).get("mcpServers", {})
     assert memory.read_text() == "# Mine\n"
     assert os.path.exists(settings)
+
+
+def test_a_stdio_server_stops_honouring_a_token_revoked_after_it_started(owner):
+    """The stdio server lives as long as the agent's session: each call checks its token
+    again, so a revoked token (or a deactivated owner) stops working at once."""
+    token, raw = token_create(owner=owner, name="stdio", scopes=["read"])
+    principal = McpPrincipal(owner=owner, scopes=frozenset(["read"]), raw_token=raw)
+    arguments = {"session_key": "", "project": "/w/app", "limit": 5}
+    assert _in_django(checkpoint_briefs, principal, arguments, False)["checkpoints"] == []
+    token_revoke(token=token)
+    with pytest.raises(ToolError, match="revoked"):
+        _in_django(checkpoint_briefs, principal, arguments, False)

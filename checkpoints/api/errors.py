@@ -34,6 +34,8 @@ _READ_ONLY_SQLSTATE = "25006"
 
 # Where ``signet_site/urls.py`` mounts the API.
 API_PREFIX = "/api/"
+# And the MCP endpoint's: its errors are JSON too.
+MCP_PATH = "/mcp/"
 
 
 def error_response(code: str, detail: str, status: int) -> JsonResponse:
@@ -46,7 +48,8 @@ def too_large_detail() -> str:
 
 
 def _is_api(request: HttpRequest) -> bool:
-    return request.path_info.startswith(API_PREFIX)
+    path = request.path_info
+    return path.startswith(API_PREFIX) or path == MCP_PATH.rstrip("/") or path.startswith(MCP_PATH)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:

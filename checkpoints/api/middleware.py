@@ -17,6 +17,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from checkpoints.api.errors import error_response, too_large_detail
+from checkpoints.services.tokens import token_authenticate
 
 _READ_STEP = 64 * 1024
 
@@ -35,6 +36,11 @@ def _read_to_end(stream: IO[bytes], limit: int) -> bytes | None:
             return None
 
 
+def _has_valid_token(request: HttpRequest) -> bool:
+    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return scheme.lower() == "bearer" and token_authenticate(raw=raw.strip()) is not None
+
+
 class ChunkedBodyMiddleware:
     """Give a body of unknown length its length, or refuse it (411, 413) in the API's shape."""
 
@@ -49,6 +55,15 @@ class ChunkedBodyMiddleware:
             return error_response(
                 "length_required",
                 "This server cannot read a body without a length: send Content-Length.",
+                411,
+            )
+        if not _has_valid_token(request):
+            # Read before the view authenticates, a body without a length could hold a
+            # request thread for as long as its sender likes: only a token holder gets that.
+            return error_response(
+                "length_required",
+                "A body without a length is read only with a valid bearer token: "
+                "send Content-Length.",
                 411,
             )
         body = _read_to_end(meta["wsgi.input"], settings.SIGNET_MAX_BODY_BYTES)

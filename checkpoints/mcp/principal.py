@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from django.contrib.auth.models import User
+
+from checkpoints.services.tokens import token_authenticate
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,25 @@ class McpPrincipal:
     scopes: frozenset[str]
     session_key: str = ""  # SIGNET_SESSION_KEY (stdio), X-Signet-Session or ?session= (HTTP)
     cwd: str = ""  # the stdio server's working directory: the agent's project
+    # stdio only: the raw token, checked again at every call (the process lives as long as
+    # the agent's session, and a revoked token must stop working at once).
+    raw_token: str = field(default="", repr=False)
+
+
+class PrincipalRevoked(Exception):
+    """The caller's token was revoked (or its owner deactivated) since the server started."""
+
+
+def principal_refresh(principal: McpPrincipal) -> McpPrincipal:
+    """``principal`` with its owner and scopes as they are now; ``PrincipalRevoked`` when its
+    token no longer authenticates. A principal without a raw token (HTTP: authenticated by
+    the request) is returned as is."""
+    if not principal.raw_token:
+        return principal
+    token = token_authenticate(raw=principal.raw_token)
+    if token is None:
+        raise PrincipalRevoked("This server's token was revoked; restart it with a valid one.")
+    return replace(principal, owner=token.owner, scopes=frozenset(token.scopes))
 
 
 principal_current: ContextVar[McpPrincipal] = ContextVar("signet_mcp_principal")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from functools import cache, partial
+from functools import cache
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
@@ -27,7 +27,13 @@ from pydantic import Field
 from checkpoints.api.serializers import LIST_ITEMS, MAX_PAGE, TEXT_ITEM
 from checkpoints.harnesses.base import IDENTIFIER_RULE
 from checkpoints.mcp import tools
-from checkpoints.mcp.principal import principal_current, recycle_connections
+from checkpoints.mcp.principal import (
+    McpPrincipal,
+    PrincipalRevoked,
+    principal_current,
+    principal_refresh,
+    recycle_connections,
+)
 
 SERVER_NAME = "signet"
 INSTRUCTIONS = (
@@ -38,11 +44,20 @@ INSTRUCTIONS = (
 )
 
 
-def _in_django(work: Callable[..., dict[str, Any]], recycle: bool) -> dict[str, Any]:
+def _in_django(
+    function: Callable[..., dict[str, Any]],
+    principal: McpPrincipal,
+    arguments: dict[str, Any],
+    recycle: bool,
+) -> dict[str, Any]:
     if recycle:
         close_old_connections()
     try:
-        return work()
+        try:
+            principal = principal_refresh(principal)
+        except PrincipalRevoked as exc:
+            raise ToolError(str(exc)) from None
+        return function(principal=principal, **arguments)
     finally:
         if recycle:
             close_old_connections()
@@ -53,9 +68,10 @@ async def _run(function: Callable[..., dict[str, Any]], **arguments: Any) -> dic
         principal = principal_current.get()
     except LookupError:  # a server driven without a principal: nobody to act for
         raise ToolError("No authenticated caller.") from None
-    work = partial(function, principal=principal, **arguments)
     recycle = recycle_connections.get()
-    return await sync_to_async(_in_django, thread_sensitive=True)(work, recycle)
+    return await sync_to_async(_in_django, thread_sensitive=True)(
+        function, principal, arguments, recycle
+    )
 
 
 def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:

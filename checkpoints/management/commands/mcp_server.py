@@ -60,6 +60,7 @@ class Command(BaseCommand):
             scopes=frozenset(token.scopes),
             session_key=os.environ.get(SESSION_ENV, "").strip(),
             cwd=os.getcwd(),
+            raw_token=raw,
         )
         with principal_bind(principal, recycle=True):
             mcp_server_get().run("stdio")
