@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from checkpoints.models import ApiToken
-from checkpoints.services.tokens import token_revoke
+from checkpoints.services.tokens import token_authenticate, token_revoke
 
 pytestmark = pytest.mark.django_db
 
@@ -119,7 +120,8 @@ def test_a_logged_in_browser_session_is_not_an_api_credential(owner):
     assert client.get(WHOAMI).status_code in (401, 403)
 
 
-def test_last_used_is_recorded_at_most_once_a_minute(owner, make_token):
+def test_last_used_is_recorded_at_most_once_a_minute(owner, make_token, settings):
+    settings.SIGNET_TOKEN_CACHE_SECONDS = 0  # every request asks the database
     raw = make_token(owner, "read")
     client = bearer(raw)
     client.get(WHOAMI)
@@ -134,3 +136,40 @@ def test_last_used_is_recorded_at_most_once_a_minute(owner, make_token):
     token.refresh_from_db()
     assert token.last_used_at > first - timedelta(minutes=1)
     assert token.last_used_at <= timezone.now()
+
+
+# --- the per-process token cache (SIGNET_TOKEN_CACHE_SECONDS) --------------------------------
+
+
+def test_a_token_seen_lately_is_not_looked_up_again(owner, make_token, django_assert_num_queries):
+    raw = make_token(owner, "read")
+    assert token_authenticate(raw=raw) is not None
+    with django_assert_num_queries(0):
+        assert token_authenticate(raw=raw) is not None
+
+
+def test_revoking_or_deactivating_is_seen_at_once_in_this_process(owner, make_token):
+    raw = make_token(owner, "read")
+    assert bearer(raw).get(WHOAMI).status_code == 200
+    token_revoke(token=ApiToken.objects.get(owner=owner))
+    assert bearer(raw).get(WHOAMI).status_code == 401
+    other = make_token(owner, "read")
+    assert bearer(other).get(WHOAMI).status_code == 200
+    owner.is_active = False
+    owner.save()
+    assert bearer(other).get(WHOAMI).status_code == 401
+
+
+def test_a_revocation_by_another_process_is_seen_within_the_bound(
+    owner, make_token, settings, monkeypatch
+):
+    """Another process revokes with a plain UPDATE (no signal reaches this one): the token
+    keeps working here for at most SIGNET_TOKEN_CACHE_SECONDS."""
+    settings.SIGNET_TOKEN_CACHE_SECONDS = 5
+    raw = make_token(owner, "read")
+    assert token_authenticate(raw=raw) is not None
+    ApiToken.objects.filter(owner=owner).update(revoked_at=timezone.now())
+    assert token_authenticate(raw=raw) is not None  # within the bound
+    later = time.monotonic() + 5.01
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert token_authenticate(raw=raw) is None
