@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from checkpoints.models import ApiToken, Scope, hash_token
+from checkpoints.services.locks import write_serialized
 
 TOKEN_PREFIX = "sig_"  # noqa: S105 (a marker, not a secret)
 PREFIX_SHOWN_CHARS = 12  # "sig_" + 8 characters: enough to tell tokens apart in a list
@@ -96,7 +97,8 @@ def token_authenticate(*, raw: str) -> ApiToken | None:
         _recent[digest] = (time.monotonic() + ttl, token)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        with write_serialized():  # a write like any other: queue, don't poll (locks.py)
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
     return token
 
