@@ -33,6 +33,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -147,16 +148,23 @@ def _double_quoted(text: str) -> str:
     return '"' + re.sub(r'(["\\$`])', r"\\\1", text) + '"'
 
 
+def hook_command(*, url: str, token_env: str, hook_script: Path, interpreter: str) -> str:
+    """The hook client's command line up to its harness argument, as a shell string."""
+    if hook_script.name != SCRIPT_NAME:
+        raise InstallError(f"the hook script must be named {SCRIPT_NAME}, not {hook_script.name}")
+    python = interpreter if interpreter == FALLBACK_INTERPRETER else _double_quoted(interpreter)
+    return (
+        f"{python} -I -S -c {shlex.quote(HOOK_BOOTSTRAP)} {_double_quoted(str(hook_script))} "
+        f"--url {shlex.quote(url)} --token-env {token_env}"
+    )
+
+
 def claude_code_entries(
     *, url: str, token_env: str, hook_script: Path, interpreter: str = FALLBACK_INTERPRETER
 ) -> list[tuple[str, str | None, dict[str, Any]]]:
     """Signet's hooks for Claude Code as ``(event, matcher, handler)``, in settings order."""
-    if hook_script.name != SCRIPT_NAME:
-        raise InstallError(f"the hook script must be named {SCRIPT_NAME}, not {hook_script.name}")
-    python = interpreter if interpreter == FALLBACK_INTERPRETER else _double_quoted(interpreter)
-    command = (
-        f"{python} -I -S -c {shlex.quote(HOOK_BOOTSTRAP)} {_double_quoted(str(hook_script))} "
-        f"--url {shlex.quote(url)} --token-env {token_env}"
+    command = hook_command(
+        url=url, token_env=token_env, hook_script=hook_script, interpreter=interpreter
     )
     entries: list[tuple[str, str | None, dict[str, Any]]] = []
     for event, matcher, timeout, kind in CLAUDE_CODE_EVENTS:
@@ -310,19 +318,22 @@ def _target(settings_path: Path) -> Path:
     return settings_path.expanduser().resolve()
 
 
-def install_claude_code(
+Entries = Callable[..., list[tuple[str, str | None, dict[str, Any]]]]
+
+
+def hooks_merge(
     settings_path: Path,
     *,
-    url: str = DEFAULT_URL,
-    token_env: str = DEFAULT_TOKEN_ENV,
-    hook_script: Path = HOOK_SCRIPT,
-    interpreter: str | None = None,
+    entries: Entries,
+    url: str,
+    token_env: str,
+    hook_script: Path,
+    interpreter: str | None,
 ) -> InstallResult:
-    """Merge Signet's Claude Code hooks into ``settings_path`` (created if missing).
-
-    ``interpreter`` runs the SessionStart command hook, written as given; by default the
-    real binary behind the interpreter running this (see ``default_interpreter``).
-    """
+    """Merge the hooks ``entries(url=…, token_env=…, hook_script=…, interpreter=…)`` lists as
+    ``(event, matcher, handler)`` into a settings file of Claude Code's shape (``{"hooks":
+    {Event: [{matcher?, hooks: [...]}]}}``, which Codex and Gemini CLI share): Signet's old
+    entries are replaced in place, everything else is kept, events no longer used go."""
     url = validate_url(url)
     token_env = validate_token_env(token_env)
     python = default_interpreter() if interpreter is None else validate_interpreter(interpreter)
@@ -330,9 +341,7 @@ def install_claude_code(
     settings, raw = _load(path)
     hooks: dict[str, Any] = settings.setdefault("hooks", {})
     positions = _remove_signet(hooks)
-    wanted = claude_code_entries(
-        url=url, token_env=token_env, hook_script=hook_script, interpreter=python
-    )
+    wanted = entries(url=url, token_env=token_env, hook_script=hook_script, interpreter=python)
     for event, matcher, handler in wanted:
         group: dict[str, Any] = {"matcher": matcher} if matcher is not None else {}
         group["hooks"] = [handler]
@@ -349,6 +358,29 @@ def install_claude_code(
     result.interpreter = python
     precompile_hook(hook_script)
     return result
+
+
+def install_claude_code(
+    settings_path: Path,
+    *,
+    url: str = DEFAULT_URL,
+    token_env: str = DEFAULT_TOKEN_ENV,
+    hook_script: Path = HOOK_SCRIPT,
+    interpreter: str | None = None,
+) -> InstallResult:
+    """Merge Signet's Claude Code hooks into ``settings_path`` (created if missing).
+
+    ``interpreter`` runs the command hooks, written as given; by default the real binary
+    behind the interpreter running this (see ``default_interpreter``).
+    """
+    return hooks_merge(
+        settings_path,
+        entries=claude_code_entries,
+        url=url,
+        token_env=token_env,
+        hook_script=hook_script,
+        interpreter=interpreter,
+    )
 
 
 def uninstall_claude_code(settings_path: Path) -> InstallResult:

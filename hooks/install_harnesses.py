@@ -22,7 +22,6 @@ Standard library only, like ``hooks/install.py``.
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +31,11 @@ from hooks.install import (
     FALLBACK_INTERPRETER,
     HOOK_BOOTSTRAP,
     HOOK_SCRIPT,
-    SCRIPT_NAME,
-    InstallError,
     InstallResult,
-    _double_quoted,
-    _load,
-    _remove_signet,
-    _save,
-    _target,
     default_interpreter,
-    precompile_hook,
+    hook_command,
+    hooks_merge,
     uninstall_claude_code,
-    validate_interpreter,
     validate_token_env,
     validate_url,
 )
@@ -84,12 +76,8 @@ def _hook_words(
     *, url: str, token_env: str, hook_script: Path, interpreter: str
 ) -> tuple[str, list[str]]:
     """The hook client's command line before its harness: as one shell string, and as argv."""
-    if hook_script.name != SCRIPT_NAME:
-        raise InstallError(f"the hook script must be named {SCRIPT_NAME}, not {hook_script.name}")
-    python = interpreter if interpreter == FALLBACK_INTERPRETER else _double_quoted(interpreter)
-    command = (
-        f"{python} -I -S -c {shlex.quote(HOOK_BOOTSTRAP)} {_double_quoted(str(hook_script))} "
-        f"--url {shlex.quote(url)} --token-env {token_env}"
+    command = hook_command(
+        url=url, token_env=token_env, hook_script=hook_script, interpreter=interpreter
     )
     argv = [interpreter, "-I", "-S", "-c", HOOK_BOOTSTRAP, str(hook_script)]
     return command, [*argv, "--url", url, "--token-env", token_env]
@@ -153,28 +141,19 @@ def _install(
     hook_script: Path,
     interpreter: str | None,
 ) -> InstallResult:
-    url = validate_url(url)
-    token_env = validate_token_env(token_env)
-    python = default_interpreter() if interpreter is None else validate_interpreter(interpreter)
-    path = _target(settings_path)
-    settings, raw = _load(path)
-    hooks: dict[str, Any] = settings.setdefault("hooks", {})
-    positions = _remove_signet(hooks)
     build = codex_entries if harness == "codex" else gemini_entries
-    wanted = build(url=url, token_env=token_env, hook_script=hook_script, interpreter=python)
-    for event, handler in wanted:
-        groups = hooks.setdefault(event, [])
-        groups.insert(positions.get(event, len(groups)), {"hooks": [handler]})
-    wanted_events = {event for event, _ in wanted}
-    # Events a former version installed that this one no longer uses.
-    for event in [e for e in positions if e not in wanted_events and not hooks[e]]:
-        del hooks[event]
-    result = _save(path, settings, raw)
-    result.installed = [event for event, _ in wanted]
-    result.removed = sorted(positions)
-    result.interpreter = python
-    precompile_hook(hook_script)
-    return result
+
+    def entries(**words: Any) -> list[tuple[str, str | None, dict[str, Any]]]:
+        return [(event, None, handler) for event, handler in build(**words)]
+
+    return hooks_merge(
+        settings_path,
+        entries=entries,
+        url=url,
+        token_env=token_env,
+        hook_script=hook_script,
+        interpreter=interpreter,
+    )
 
 
 def install_codex(
