@@ -125,6 +125,9 @@ class Session(models.Model):
     pressure_reminder_count = models.PositiveIntegerField(default=0)
     pressure_acted_count = models.PositiveIntegerField(default=0)
     ignored_event_count = models.PositiveIntegerField(default=0)
+    # Raised by every write of the row (``save`` below): the prompt hot path reads the row
+    # without a lock and writes it back only if this is unchanged (``sessions.session_swap``).
+    row_version = models.PositiveBigIntegerField(default=0, editable=False)
 
     class Meta:
         verbose_name = "agent session"
@@ -147,6 +150,26 @@ class Session(models.Model):
 
     def __str__(self) -> str:
         return f"{self.harness}:{self.session_key}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save, raising ``row_version`` in the database, so that a hot-path write that read
+        the row before this one finds it changed and starts over.
+
+        The new version is counted by the database (``row_version + 1``), not here: a row
+        loaded long ago cannot hand out a version that is in use. The attribute is left
+        unloaded afterwards; reading it loads the stored value.
+        """
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        self.row_version = F("row_version") + 1
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, "row_version"}
+        try:
+            super().save(*args, **kwargs)
+        finally:
+            self.__dict__.pop("row_version", None)
 
     @property
     def is_live(self) -> bool:

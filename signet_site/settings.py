@@ -279,6 +279,9 @@ SIGNET_PRUNE_PAUSE_RATIO = env.float("SIGNET_PRUNE_PAUSE_RATIO", default=1.0)
 SIGNET_BACKGROUND_NICENESS = env.int("SIGNET_BACKGROUND_NICENESS", default=10)
 # How long a worker may serve ContinuityConfig from the shared cache; saving it evicts it.
 SIGNET_CONFIG_CACHE_SECONDS = env.int("SIGNET_CONFIG_CACHE_SECONDS", default=300)
+# How long a web process uses its own copy of it without asking the shared cache; a change
+# saved in another process is seen within this bound (0: ask every time).
+SIGNET_CONFIG_LOCAL_SECONDS = env.float("SIGNET_CONFIG_LOCAL_SECONDS", default=5.0)
 # How long a web process trusts a token it authenticated without asking the database again;
 # a revocation made in another process is seen within this bound (0: ask every time).
 SIGNET_TOKEN_CACHE_SECONDS = env.float("SIGNET_TOKEN_CACHE_SECONDS", default=5.0)

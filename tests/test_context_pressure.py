@@ -240,9 +240,9 @@ def test_a_prompt_carrying_a_reminder_keeps_the_hot_paths_query_count(
     started(hook)
     stop(hook, 184_000)
     config_get()
-    # As in test_hot_path: throttle, config cache, then savepoint, SELECT … FOR UPDATE,
-    # UPDATE, release. The reminder reads and writes only the locked row.
-    with django_assert_num_queries(6):
+    # As in test_hot_path: the throttle's upsert, the session's read and its write-back. The
+    # reminder reads and writes only the session row.
+    with django_assert_num_queries(3):
         context = prompt(hook, "next step please")
     assert context.startswith(CRITICAL)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -17,18 +18,30 @@ logger = logging.getLogger(__name__)
 CACHE_KEY = "signet:continuity-config:v1"
 
 
+# This process's copy and until when (monotonic) it may be used without asking the shared
+# cache: every hook reads the config, and with the database cache that read is a query.
+_local: tuple[float, ContinuityConfig] | None = None
+
+
 def config_get() -> ContinuityConfig:
-    """Return the one config row, from the shared cache when it is there.
+    """Return the one config row: this process's copy while it is fresh, else the shared
+    cache's, else the database's.
 
     The first call creates the row from ``SIGNET_CONFIG_DEFAULTS`` (the environment). The
-    cache is shared by all workers and evicted by ``config_save``, so an admin's change
-    applies to the next request of every worker without a restart.
+    shared cache is evicted by ``config_save``, and so is the saving process's own copy: an
+    admin's change applies at once in that process, and in every other worker within
+    ``SIGNET_CONFIG_LOCAL_SECONDS``, without a restart.
     """
-    cached: ContinuityConfig | None = cache.get(CACHE_KEY)
-    if cached is not None:
-        return cached
-    config = _config_load_or_create()
-    cache.set(CACHE_KEY, config, timeout=settings.SIGNET_CONFIG_CACHE_SECONDS)
+    global _local
+    local = _local
+    if local is not None and local[0] > time.monotonic():
+        return local[1]
+    config: ContinuityConfig | None = cache.get(CACHE_KEY)
+    if config is None:
+        config = _config_load_or_create()
+        cache.set(CACHE_KEY, config, timeout=settings.SIGNET_CONFIG_CACHE_SECONDS)
+    ttl = settings.SIGNET_CONFIG_LOCAL_SECONDS
+    _local = (time.monotonic() + ttl, config) if ttl > 0 else None
     return config
 
 
@@ -72,5 +85,7 @@ def _config_saved(config: ContinuityConfig) -> None:
 
 
 def config_cache_clear() -> None:
-    """Forget the cached config (after a save, or in tests)."""
+    """Forget the cached config, shared and this process's (after a save, or in tests)."""
+    global _local
+    _local = None
     cache.delete(CACHE_KEY)

@@ -1,9 +1,12 @@
 """The continuity engine: one normalised ``Event`` in, session state and checkpoints updated,
 and an ``Outcome`` (the context to inject, if any) out. It knows no harness.
 
-All state is in the database. Each event runs in one transaction holding the session row
-(``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers),
-so counts and checkpoint decisions are exact with any number of workers and hosts.
+All state is in the database, and counts and checkpoint decisions are exact with any number
+of workers and hosts. An event runs in one transaction holding the session row (``SELECT …
+FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers). The
+exception is the commonest event, a live prompt that needs nothing but its own row: it reads
+the row without a lock and writes it back in one UPDATE that applies only if the row is
+unchanged, else it tries again (``_prompt_unlocked``). Both paths run the same ``_apply``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from checkpoints.services.events import (
 )
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.pending import (
+    pending_due,
     pending_enqueue,
     pending_flush_if_due,
     pending_flush_now,
@@ -45,7 +49,7 @@ from checkpoints.services.pressure import (
     pressure_usage_record,
 )
 from checkpoints.services.recovery import injection_record, recovery_prepare
-from checkpoints.services.sessions import SessionSeed, session_lock
+from checkpoints.services.sessions import SessionSeed, session_lock, session_read, session_swap
 from checkpoints.services.store import CheckpointContent, checkpoint_write, session_close
 
 logger = logging.getLogger(__name__)
@@ -82,7 +86,10 @@ PROMPT_FIELDS = (
     "pressure_reminder_prompt",
     "pressure_agent_acted",
     "pressure_reminder_count",
+    "row_version",
 )
+# Tries of the unlocked prompt path before it queues for the row lock instead.
+UNLOCKED_ATTEMPTS = 3
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
 PRE_COMPACT_SEEN = 1
 COMPACT_START_SEEN = 2
@@ -116,6 +123,10 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     replayed = event.queued_at is not None
     if event.queued_at is not None:
         now = min(now, event.queued_at)
+    if event.kind is EventKind.PROMPT and not idempotency_key and not replayed:
+        outcome = _prompt_unlocked(owner=owner, event=event, config=config)
+        if outcome is not None:
+            return outcome
     with write_serialized(), transaction.atomic():
         if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
             return Outcome(duplicate=True)
@@ -127,33 +138,73 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
             # The hot path reads (and writes back) only these columns.
             fields=PROMPT_FIELDS if event.kind is EventKind.PROMPT else (),
         )
-        if (
-            session.end_reason == Session.END_REASON_IDLE
-            and event.kind is not EventKind.SESSION_END
-            and not replayed
-        ):
-            # The server ended it for silence, not the harness: the agent is back.
-            session.ended_at = None
-            session.end_reason = ""
         # Read the clock again once the row is ours: a mark another worker made while we
         # waited for the lock must not look like it lies in our future.
         if not replayed:
             now = max(now, timezone.now())
-        # A late usage is stale: the context has moved on since it was counted.
-        usage_marked = (
-            event.usage is not None
-            and not replayed
-            and pressure_usage_record(session=session, usage=event.usage, config=config)
-            and pending_mark(session=session, now=now)
-        )
-        step = HANDLERS[event.kind](session, event, config, now, content)
-        step.newly_pending = step.newly_pending or usage_marked
-        session.last_activity_at = max(now, session.last_activity_at) if replayed else now
+        step = _apply(session, event, config, now, content)
         session.save()
         if step.newly_pending:
             session_id = session.pk
             transaction.on_commit(lambda: pending_enqueue(session_id=session_id))
     return Outcome(context="" if replayed else step.context)
+
+
+def _apply(
+    session: Session,
+    event: Event,
+    config: ContinuityConfig,
+    now: datetime,
+    content: CheckpointContent | None,
+) -> _Step:
+    """Change ``session`` in memory for ``event`` (its handler, and what every event does);
+    the caller writes it."""
+    replayed = event.queued_at is not None
+    if (
+        session.end_reason == Session.END_REASON_IDLE
+        and event.kind is not EventKind.SESSION_END
+        and not replayed
+    ):
+        # The server ended it for silence, not the harness: the agent is back.
+        session.ended_at = None
+        session.end_reason = ""
+    # A late usage is stale: the context has moved on since it was counted.
+    usage_marked = (
+        event.usage is not None
+        and not replayed
+        and pressure_usage_record(session=session, usage=event.usage, config=config)
+        and pending_mark(session=session, now=now)
+    )
+    step = HANDLERS[event.kind](session, event, config, now, content)
+    step.newly_pending = step.newly_pending or usage_marked
+    session.last_activity_at = max(now, session.last_activity_at) if replayed else now
+    return step
+
+
+def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> Outcome | None:
+    """A live prompt the usual way: read the session row without a lock, apply the prompt in
+    memory, and write it back in one UPDATE that only applies if no one wrote the row
+    meanwhile (``session_swap``); if someone did, start over.
+
+    Nothing is held while Python works, and a prompt costs two statements. None when this
+    prompt needs more than its own row (the session is new, a pending checkpoint is past its
+    debounce, or recovery is owed) or lost the race ``UNLOCKED_ATTEMPTS`` times: the caller
+    then takes the locked path.
+    """
+    for _ in range(UNLOCKED_ATTEMPTS):
+        session = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
+        if session is None or session.recovery_due:
+            return None
+        now = timezone.now()  # after the read: no mark on the row lies in our future
+        if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
+            return None
+        step = _apply(session, event, config, now, None)
+        if session_swap(session=session, fields=PROMPT_FIELDS):
+            if step.newly_pending:
+                session_id = session.pk
+                transaction.on_commit(lambda: pending_enqueue(session_id=session_id))
+            return Outcome(context=step.context)
+    return None
 
 
 def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:

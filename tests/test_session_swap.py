@@ -1,0 +1,128 @@
+"""The prompt hot path's unlocked read and write-back (``sessions.session_read`` and
+``session_swap``), and the row version every other write raises so that it can tell."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from checkpoints.models import Session
+from checkpoints.services import engine
+from checkpoints.services.engine import PROMPT_FIELDS
+from checkpoints.services.sessions import session_read, session_swap
+from tests.factories import SessionFactory
+from tests.hookutil import payload, send
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_read_loads_the_fields_asked_for_with_the_orms_types(owner):
+    started = timezone.now() - timedelta(hours=1)
+    SessionFactory(
+        owner=owner,
+        session_key="k1",
+        started_at=started,
+        recent_prompts=["fix the parser", "ünïcødé ✓"],
+        recovery_due=True,
+        context_percent=41.5,
+    )
+    session = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
+    assert session is not None
+    assert session.started_at == started
+    assert session.recent_prompts == ["fix the parser", "ünïcødé ✓"]
+    assert session.recovery_due is True
+    assert session.context_percent == 41.5
+    assert session.checkpoint_pending_since is None
+    assert session.row_version == 0
+    assert "transcript_path" in session.get_deferred_fields()
+    assert session_read(owner=owner, session_key="other", fields=PROMPT_FIELDS) is None
+
+
+def test_the_read_is_scoped_to_the_owner(owner, teammate):
+    SessionFactory(owner=teammate, session_key="shared-name")
+    assert session_read(owner=owner, session_key="shared-name", fields=PROMPT_FIELDS) is None
+
+
+def test_a_write_back_applies_when_no_one_wrote_in_between(owner):
+    SessionFactory(owner=owner, session_key="k1", prompt_count=4, transcript_path="/t.jsonl")
+    session = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
+    assert session is not None
+    session.prompt_count += 1
+    session.recent_prompts = [*session.recent_prompts, "next"]
+    assert session_swap(session=session, fields=PROMPT_FIELDS)
+    stored = Session.objects.get()
+    assert stored.prompt_count == 5
+    assert stored.recent_prompts[-1] == "next"
+    assert stored.row_version == 1
+    assert stored.transcript_path == "/t.jsonl"  # not one of the fields: left alone
+
+
+def test_a_write_back_changes_nothing_after_another_write(owner):
+    SessionFactory(owner=owner, session_key="k1", prompt_count=4)
+    mine = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
+    theirs = Session.objects.get()
+    theirs.prompt_count = 9
+    theirs.save()  # another worker's write between our read and our write-back
+    assert mine is not None
+    mine.prompt_count += 1
+    assert not session_swap(session=mine, fields=PROMPT_FIELDS)
+    assert Session.objects.get().prompt_count == 9
+
+
+def test_every_save_raises_the_version_in_the_database(owner):
+    session = SessionFactory(owner=owner, session_key="k1")
+    assert Session.objects.get().row_version == 0
+    session.prompt_count = 1
+    session.save()
+    session.prompt_count = 2
+    session.save(update_fields=["prompt_count"])
+    assert session.row_version == 2  # not kept in memory: read back when asked for
+    stale = Session.objects.get()
+    session.save()
+    stale.save()  # a copy loaded earlier still moves the version on, never back
+    assert Session.objects.get().row_version == 4
+
+
+def test_a_prompt_that_loses_the_race_reads_again_and_keeps_the_other_write(
+    client_for, owner, monkeypatch
+):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("user_prompt_submit", prompt="first"))
+    reads = []
+
+    def read_then_another_writes(**kwargs):
+        session = session_read(**kwargs)
+        reads.append(session)
+        if len(reads) == 1:  # another worker writes the row right after our first read
+            other = Session.objects.get()
+            other.prompt_count += 1
+            other.last_assistant_message = "written by another worker"
+            other.save()
+        return session
+
+    monkeypatch.setattr(engine, "session_read", read_then_another_writes)
+    send(hook, payload("user_prompt_submit", prompt="second"))
+    assert len(reads) == 2  # the write-back found the row changed and started over
+    session = Session.objects.get()
+    assert session.prompt_count == 3  # ours and the other worker's: none lost
+    assert session.recent_prompts[-1] == "second"
+    assert session.last_assistant_message == "written by another worker"
+
+
+def test_a_prompt_that_keeps_losing_takes_the_locked_path(client_for, owner, monkeypatch):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup"))
+
+    def read_then_another_writes(**kwargs):
+        session = session_read(**kwargs)
+        Session.objects.get().save()  # someone always writes in between
+        return session
+
+    monkeypatch.setattr(engine, "session_read", read_then_another_writes)
+    send(hook, payload("user_prompt_submit", prompt="contended"))
+    session = Session.objects.get()
+    assert session.prompt_count == 1
+    assert session.recent_prompts == ["contended"]
