@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -201,8 +202,7 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
         step = _apply(session, event, config, now, None)
         if session_swap(session=session, fields=PROMPT_FIELDS):
             if step.newly_pending:
-                session_id = session.pk
-                transaction.on_commit(lambda: pending_enqueue(session_id=session_id))
+                transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)
     return None
 
