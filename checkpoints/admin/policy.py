@@ -163,8 +163,8 @@ class ContinuityConfigAdmin(admin.ModelAdmin[ContinuityConfig]):
     def response_change(self, request: HttpRequest, obj: ContinuityConfig) -> HttpResponse:
         messages.success(
             request,
-            "Continuity settings saved; they apply to the next request, and the schedules "
-            "follow them.",
+            "Continuity settings saved; every worker applies them within "
+            "SIGNET_CONFIG_LOCAL_SECONDS (5 s by default), and the schedules follow them.",
         )
         return HttpResponseRedirect(request.path)
 
