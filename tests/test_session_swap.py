@@ -28,8 +28,9 @@ def test_the_read_loads_the_fields_asked_for_with_the_orms_types(owner):
         recovery_due=True,
         context_percent=41.5,
     )
-    session = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
-    assert session is not None
+    read = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
+    assert read is not None
+    session = read.session
     assert session.started_at == started
     assert session.recent_prompts == ["fix the parser", "ünïcødé ✓"]
     assert session.recovery_due is True
@@ -47,11 +48,11 @@ def test_the_read_is_scoped_to_the_owner(owner, teammate):
 
 def test_a_write_back_applies_when_no_one_wrote_in_between(owner):
     SessionFactory(owner=owner, session_key="k1", prompt_count=4, transcript_path="/t.jsonl")
-    session = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
-    assert session is not None
-    session.prompt_count += 1
-    session.recent_prompts = [*session.recent_prompts, "next"]
-    assert session_swap(session=session, fields=PROMPT_FIELDS)
+    read = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
+    assert read is not None
+    read.session.prompt_count += 1
+    read.session.recent_prompts.append("next")  # changed in place: still seen as changed
+    assert session_swap(read=read)
     stored = Session.objects.get()
     assert stored.prompt_count == 5
     assert stored.recent_prompts[-1] == "next"
@@ -59,16 +60,30 @@ def test_a_write_back_applies_when_no_one_wrote_in_between(owner):
     assert stored.transcript_path == "/t.jsonl"  # not one of the fields: left alone
 
 
+def test_a_write_back_writes_only_what_changed(owner, django_assert_num_queries):
+    SessionFactory(owner=owner, session_key="k1", prompt_count=4, git_branch="main")
+    read = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
+    assert read is not None
+    read.session.prompt_count = 5
+    with django_assert_num_queries(1) as captured:
+        assert session_swap(read=read)
+    statement = captured.captured_queries[0]["sql"]
+    assert "prompt_count" in statement
+    assert "git_branch" not in statement
+    assert "recent_prompts" not in statement
+
+
 def test_a_write_back_changes_nothing_after_another_write(owner):
     SessionFactory(owner=owner, session_key="k1", prompt_count=4)
     mine = session_read(owner=owner, session_key="k1", fields=PROMPT_FIELDS)
     theirs = Session.objects.get()
-    theirs.prompt_count = 9
+    theirs.model = "another-model"
     theirs.save()  # another worker's write between our read and our write-back
     assert mine is not None
-    mine.prompt_count += 1
-    assert not session_swap(session=mine, fields=PROMPT_FIELDS)
-    assert Session.objects.get().prompt_count == 9
+    mine.session.prompt_count += 1
+    assert not session_swap(read=mine)
+    stored = Session.objects.get()
+    assert (stored.prompt_count, stored.model) == (4, "another-model")
 
 
 def test_every_save_raises_the_version_in_the_database(owner):

@@ -193,14 +193,15 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     then takes the locked path.
     """
     for _ in range(UNLOCKED_ATTEMPTS):
-        session = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
-        if session is None or session.recovery_due:
+        read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
+        if read is None or read.session.recovery_due:
             return None
+        session = read.session
         now = timezone.now()  # after the read: no mark on the row lies in our future
         if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
             return None
         step = _apply(session, event, config, now, None)
-        if session_swap(session=session, fields=PROMPT_FIELDS):
+        if session_swap(read=read):
             if step.newly_pending:
                 transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)

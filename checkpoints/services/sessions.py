@@ -3,7 +3,8 @@ a lock and written back only if nobody wrote them in between (the prompt hot pat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -11,7 +12,6 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from checkpoints.models import Session
@@ -94,12 +94,23 @@ def session_lock(
 
 
 # --- Optimistic read and write-back ---------------------------------------------------------
-# Two statements built once per database and field list, with no query compilation per call:
-# the hot path's SELECT (no lock) and its UPDATE, which only applies when ``row_version`` is
-# still the one read. Whoever wrote in between (another worker's prompt, a checkpoint flush,
-# the idle close) raised it: the UPDATE then changes nothing and the caller starts over.
+# The hot path's two statements, built once per database and field list, with no query
+# compilation per call: a SELECT without a lock, and an UPDATE of the columns that changed,
+# which applies only while ``row_version`` is still the one read. Whoever wrote in between
+# (another worker's prompt, a checkpoint flush, the idle close) raised it: the UPDATE then
+# changes nothing and the caller starts over.
 
-Converter = Callable[[Any, Any, BaseDatabaseWrapper], Any]
+
+# The row's identity, and its version (raised by the UPDATE itself).
+_NEVER_SWAPPED = frozenset({"id", "owner_id", "row_version"})
+
+
+@dataclass
+class SessionRead:
+    """A session row read without a lock, and its loaded values as they were read."""
+
+    session: Session
+    values: dict[str, Any]  # attname -> value (lists and dicts copied)
 
 
 @cache
@@ -139,17 +150,18 @@ def _read_statement(alias: str, names: tuple[str, ...]) -> tuple[str, tuple[Any,
 
 
 @cache
-def _swap_statement(alias: str, names: tuple[str, ...]) -> str:
+def _swap_statement(alias: str, fields: tuple[Field[Any, Any], ...]) -> str:
     quote = connections[alias].ops.quote_name
-    assignments = ", ".join(f"{quote(_column(field))} = %s" for field in _fields(names))
     version = quote("row_version")
+    assignments = [f"{quote(_column(field))} = %s" for field in fields]
+    assignments.append(f"{version} = {version} + 1")
     return (
-        f"UPDATE {quote(Session._meta.db_table)} SET {assignments}, "  # noqa: S608
-        f"{version} = {version} + 1 WHERE {quote('id')} = %s AND {version} = %s"
+        f"UPDATE {quote(Session._meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
+        f"WHERE {quote('id')} = %s AND {version} = %s"
     )
 
 
-def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Session | None:
+def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> SessionRead | None:
     """The owner's session ``session_key`` with only ``fields`` loaded (they must include
     ``id`` and ``row_version``), read without a lock; None when there is none yet."""
     alias = router.db_for_read(Session) or "default"
@@ -161,31 +173,39 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
         row = cursor.fetchone()
     if row is None:
         return None
-    values = []
+    values: dict[str, Any] = {}
     for field, value, field_converters in zip(_fields(names), row, converters, strict=True):
         for convert in field_converters:
             value = convert(value, field.cached_col, connection)
-        values.append(value)
-    session = Session.from_db(alias, [field.attname for field in _fields(names)], values)
+        values[field.attname] = value
+    session = Session.from_db(alias, list(values), list(values.values()))
     session.owner = owner  # already loaded: spares a query wherever it is used
-    return session
+    # The session's lists are the caller's to change: compare against copies.
+    read = {name: deepcopy(value) if isinstance(value, list | dict) else value
+            for name, value in values.items()}  # fmt: skip
+    return SessionRead(session=session, values=read)
 
 
-def session_swap(*, session: Session, fields: Sequence[str]) -> bool:
-    """Write ``fields`` of ``session`` (read by ``session_read``) back in one UPDATE, if no
-    one wrote the row since it was read; True when it was written.
+def session_swap(*, read: SessionRead) -> bool:
+    """Write back the loaded columns of ``read.session`` that changed since it was read, in
+    one UPDATE, if no one wrote the row since; True when it was written.
 
-    ``id``, ``owner_id`` and ``row_version`` are not written. The row's new version is not
-    loaded: a session is written back once.
+    The row's new version is not loaded: a session read is written back once.
     """
     alias = router.db_for_write(Session) or "default"
     connection = connections[alias]
-    names = tuple(name for name in fields if name not in ("id", "owner_id", "row_version"))
-    values = [
-        field.get_db_prep_save(getattr(session, field.attname), connection)
-        for field in _fields(names)
-    ]
+    session = read.session
+    changed = tuple(
+        field
+        for field in _fields(tuple(read.values))
+        if field.attname not in _NEVER_SWAPPED
+        and getattr(session, field.attname) != read.values[field.attname]
+    )
+    values = [field.get_db_prep_save(getattr(session, field.attname), connection)
+              for field in changed]  # fmt: skip
     # On SQLite, the one statement queues on the writers' lock like every other write.
     with write_serialized(), connection.cursor() as cursor:
-        cursor.execute(_swap_statement(alias, names), [*values, session.pk, session.row_version])
+        cursor.execute(
+            _swap_statement(alias, changed), [*values, session.pk, read.values["row_version"]]
+        )
         return bool(cursor.rowcount == 1)
