@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test test-fast check clean
+.PHONY: install browser run test test-fast check bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ check: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/python manage.py makemigrations --check --dry-run
+
+## make bench: run every benchmark, write BENCHMARKS.md (DATABASE_URL + REDIS_URL add PostgreSQL
+## + Redis runs; BENCH_ARGS="--quick" or "--only NAME" to try it out)
+bench: install
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

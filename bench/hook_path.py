@@ -1,13 +1,14 @@
 """UserPromptSubmit through the real hook path vs a bare Django JSON view, same server.
 
-Starts the service as ``make run`` does (granian + django-q2, SQLite by default, or
-``--database-url`` for PostgreSQL), then drives 64 concurrent sessions, each sending
-prompts back to back, first at ``/bench/bare/`` and then at ``/api/hooks/claude-code/``.
-Prints requests/s and p50/p99 for both and the ratio the hook path is judged by
+Starts the service once, as ``make run`` does (granian + django-q2, SQLite by default, or
+``--database-url`` for PostgreSQL, ``--redis-url`` for Redis as cache and broker), then for
+each count in ``--sessions`` drives that many concurrent sessions, each sending prompts back
+to back, first at ``/bench/bare/`` and then at ``/api/hooks/claude-code/``. Prints
+requests/s and p50/p99 for both at each count and the ratio the hook path is judged by
 (goal: >= 0.5 of the bare view's throughput, p99 under 25 ms).
 
-    .venv/bin/python bench/hook_path.py [--sessions 64] [--requests 40] [--database-url URL]
-                                        [--workers N] [--threads N]
+    .venv/bin/python bench/hook_path.py [--sessions 1,32,64,256] [--requests 40]
+        [--database-url URL] [--redis-url URL] [--workers N] [--threads N]
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.service import post_json, running_service
 
+BARE = "/bench/bare/"
+HOOK = "/api/hooks/claude-code/"
 PAYLOAD = json.loads(
     (
         Path(__file__).resolve().parent.parent
@@ -82,11 +85,29 @@ def drive(url: str, path: str, token: str, sessions: int, per_session: int) -> d
     }
 
 
+def counts(text: str) -> list[int]:
+    """``"1,32,64"`` -> ``[1, 32, 64]``."""
+    try:
+        found = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from exc
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"not a list of positive numbers: {text!r}")
+    return found
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=64)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--sessions", type=counts, default=[64], help="concurrent sessions, e.g. 1,32,64,256"
+    )
     parser.add_argument("--requests", type=int, default=40, help="per session")
     parser.add_argument("--database-url", default="")
+    parser.add_argument("--redis-url", default="", help="cache and task broker (REDIS_URL)")
     parser.add_argument(
         "--workers", type=int, default=0, help="web server processes (default: serve's)"
     )
@@ -94,28 +115,36 @@ def main() -> None:
         "--threads", type=int, default=0, help="threads per web process (default: serve's)"
     )
     args = parser.parse_args()
+    results: list[tuple[int, dict[str, float], dict[str, float]]] = []
     with running_service(
-        database_url=args.database_url, workers=args.workers, threads=args.threads
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        workers=args.workers,
+        threads=args.threads,
     ) as service:
-        drive(service.url, "/bench/bare/", service.token, 8, 5)  # warm every worker
-        drive(service.url, "/api/hooks/claude-code/", service.token, 8, 5)
-        bare = drive(service.url, "/bench/bare/", service.token, args.sessions, args.requests)
-        hook = drive(
-            service.url, "/api/hooks/claude-code/", service.token, args.sessions, args.requests
-        )
-    database = "PostgreSQL" if args.database_url else "SQLite"
-    print(f"hook path bench: {args.sessions} concurrent sessions x {args.requests} prompts, "
-          f"{database}, the web server as `make run` starts it")  # fmt: skip
-    for name, figures in (("bare Django JSON view", bare), ("UserPromptSubmit hook", hook)):
-        print(
-            f"  {name:24} {figures['rps']:8.1f} req/s   p50 {figures['p50_ms']:6.1f} ms   "
-            f"p99 {figures['p99_ms']:6.1f} ms   ({int(figures['failures'])} failed "
-            f"of {int(figures['requests'])})"
-        )
-    ratio = hook["rps"] / bare["rps"]
-    print(f"  throughput ratio hook/bare: {ratio:.2f} (goal >= 0.50: "
-          f"{'met' if ratio >= 0.5 else 'NOT met'}); hook p99 {hook['p99_ms']:.1f} ms "
-          f"(goal < 25 ms: {'met' if hook['p99_ms'] < 25 else 'NOT met'})")  # fmt: skip
+        drive(service.url, BARE, service.token, 8, 5)  # warm every worker
+        drive(service.url, HOOK, service.token, 8, 5)
+        for sessions in args.sessions:
+            bare = drive(service.url, BARE, service.token, sessions, args.requests)
+            hook = drive(service.url, HOOK, service.token, sessions, args.requests)
+            results.append((sessions, bare, hook))
+    stores = ("PostgreSQL" if args.database_url else "SQLite") + (
+        " + Redis" if args.redis_url else ""
+    )
+    print(f"hook path bench: UserPromptSubmit vs the bare view, {args.requests} prompts per "
+          f"session, {stores}, the web server as `make run` starts it")  # fmt: skip
+    for sessions, bare, hook in results:
+        print(f"{sessions} concurrent session{'s' if sessions > 1 else ''}:")
+        for name, figures in (("bare Django JSON view", bare), ("UserPromptSubmit hook", hook)):
+            print(
+                f"  {name:24} {figures['rps']:8.1f} req/s   p50 {figures['p50_ms']:6.1f} ms   "
+                f"p99 {figures['p99_ms']:6.1f} ms   ({int(figures['failures'])} failed "
+                f"of {int(figures['requests'])})"
+            )
+        ratio = hook["rps"] / bare["rps"]
+        print(f"  throughput ratio hook/bare: {ratio:.2f} (goal >= 0.50: "
+              f"{verdict(ratio >= 0.5)}); hook p99 {hook['p99_ms']:.1f} ms "
+              f"(goal < 25 ms: {verdict(hook['p99_ms'] < 25)})")  # fmt: skip
 
 
 if __name__ == "__main__":

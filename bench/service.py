@@ -26,6 +26,7 @@ class Running:
     url: str
     token: str
     env: dict[str, str]
+    pid: int = 0  # ``manage.py serve``'s: granian's processes are its descendants
 
 
 def post_json(*, host: str, port: int | None, path: str, token: str, body: str) -> int:
@@ -55,6 +56,7 @@ def free_port() -> int:
 def running_service(
     *,
     database_url: str = "",
+    redis_url: str = "",
     workers: int = 0,
     threads: int = 0,
     extra_env: dict[str, str] | None = None,
@@ -63,6 +65,8 @@ def running_service(
     """``manage.py serve`` (granian + django-q2) on a fresh data folder, with a token.
 
     ``before_serve`` gets the environment once the database is migrated, to load data.
+    ``DATABASE_URL`` and ``REDIS_URL`` come from the arguments only, never the caller's
+    environment, so a run says which stores it measured.
     """
     data = tempfile.mkdtemp(prefix="signet-bench-")
     port = free_port()
@@ -78,6 +82,10 @@ def running_service(
     env.pop("DATABASE_URL", None)
     if database_url:
         env["DATABASE_URL"] = database_url
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    elif "REDIS_URL" not in (extra_env or {}):
+        env.pop("REDIS_URL", None)
     if workers:
         env["WEB_CONCURRENCY"] = str(workers)
     if threads:
@@ -116,7 +124,7 @@ def running_service(
                 time.sleep(0.2)
         else:
             raise RuntimeError("the service did not start")
-        yield Running(url=url, token=token, env=env)
+        yield Running(url=url, token=token, env=env, pid=proc.pid)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
