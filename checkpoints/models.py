@@ -232,9 +232,16 @@ class Checkpoint(models.Model):
             models.Index(
                 fields=["session", "-created_at", "-id"], name="checkpoint_session_latest"
             ),
-            models.Index(fields=["session_key", "-created_at"], name="checkpoint_session_recent"),
+            # Recovery's two look-ups, newest first, and every owner's list filtered by
+            # session or project: the owner comes first, or SQLite (which keeps no statistics)
+            # prefers the activity index below and sorts all of the owner's checkpoints.
             models.Index(
-                fields=["project_normalized", "-created_at"], name="checkpoint_project_recent"
+                fields=["owner", "session_key", "-created_at", "-id"],
+                name="checkpoint_session_recent",
+            ),
+            models.Index(
+                fields=["owner", "project_normalized", "-created_at", "-id"],
+                name="checkpoint_project_recent",
             ),
             # The activity page's range scan, answered from the index alone.
             models.Index(

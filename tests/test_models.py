@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
+from django.utils import timezone
 
 from checkpoints.ids import uuid7
 from checkpoints.models import ApiToken, Checkpoint, ContinuityConfig, Session
@@ -28,12 +30,52 @@ def test_checkpoint_lookup_indexes_exist_in_the_database():
     by_columns = {
         tuple(info["columns"]): name for name, info in constraints.items() if info["index"]
     }
-    assert ("session_key", "created_at") in by_columns
-    assert ("project_normalized", "created_at") in by_columns
-    assert by_columns[("session_key", "created_at")] == "checkpoint_session_recent"
+    session = ("owner_id", "session_key", "created_at", "id")
+    project = ("owner_id", "project_normalized", "created_at", "id")
+    assert by_columns[session] == "checkpoint_session_recent"
+    assert by_columns[project] == "checkpoint_project_recent"
     # Both are declared newest-first; the database must keep that order.
     for name in ("checkpoint_session_recent", "checkpoint_project_recent"):
-        assert constraints[name]["orders"] == ["ASC", "DESC"]
+        assert constraints[name]["orders"] == ["ASC", "ASC", "DESC", "DESC"]
+
+
+def _plan(queryset: Any) -> str:
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a test's tables are tiny
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return "\n".join(str(row[-1]) for row in cursor.fetchall())
+
+
+def test_recoverys_look_ups_walk_an_index_newest_first_without_sorting(owner, teammate):
+    for user in (owner, teammate):
+        for number in range(3):
+            CheckpointFactory(
+                owner=user,
+                session=SessionFactory(owner=user, project_normalized=f"/src/p{number}"),
+            )
+    newest = ("-created_at", "-id")
+    own = Checkpoint.objects.filter(owner=owner, session_key="k").order_by(*newest)[:1]
+    project = (
+        Checkpoint.objects.filter(
+            owner=owner,
+            project_normalized="/src/p1",
+            created_at__gte=timezone.now() - timedelta(days=7),
+        )
+        .exclude(session_key="k")
+        .order_by(*newest)[:1]
+    )
+    for queryset, index in (
+        (own, "checkpoint_session_recent"),
+        (project, "checkpoint_project_recent"),
+    ):
+        plan = _plan(queryset)
+        assert index in plan
+        assert "TEMP B-TREE" not in plan  # SQLite's sort
+        assert "Sort" not in plan  # PostgreSQL's
 
 
 def test_session_key_is_unique_per_owner_only(owner, teammate):
