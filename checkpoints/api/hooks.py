@@ -15,6 +15,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ParseError
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,11 +32,26 @@ logger = logging.getLogger(__name__)
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 
 
+class JsonAnswer(BaseContentNegotiation):
+    """A hook is answered in JSON whatever its ``Accept`` header says: nothing to negotiate
+    (the view reads its body itself, so no parser either)."""
+
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return None
+
+    def select_renderer(
+        self, request: Request, renderers: Any, format_suffix: str | None = None
+    ) -> tuple[Any, str]:
+        renderer = renderers[0]
+        return renderer, renderer.media_type
+
+
 class HookIngestApi(APIView):
     """Hook events from a harness (``ingest`` scope). Always fast, never a blocking reply."""
 
     required_scope = "ingest"
     parser_classes: list[Any] = []  # the raw body is read and bounded here
+    content_negotiation_class = JsonAnswer
 
     @extend_schema(
         parameters=[

@@ -5,27 +5,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0008_session_row_version'),
+        ("checkpoints", "0008_session_row_version"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='checkpoint',
-            name='checkpoint_session_recent',
+            model_name="checkpoint",
+            name="checkpoint_session_recent",
         ),
         migrations.RemoveIndex(
-            model_name='checkpoint',
-            name='checkpoint_project_recent',
+            model_name="checkpoint",
+            name="checkpoint_project_recent",
         ),
         migrations.AddIndex(
-            model_name='checkpoint',
-            index=models.Index(fields=['owner', 'session_key', '-created_at', '-id'], name='checkpoint_session_recent'),
+            model_name="checkpoint",
+            index=models.Index(
+                fields=["owner", "session_key", "-created_at", "-id"],
+                name="checkpoint_session_recent",
+            ),
         ),
         migrations.AddIndex(
-            model_name='checkpoint',
-            index=models.Index(fields=['owner', 'project_normalized', '-created_at', '-id'], name='checkpoint_project_recent'),
+            model_name="checkpoint",
+            index=models.Index(
+                fields=["owner", "project_normalized", "-created_at", "-id"],
+                name="checkpoint_project_recent",
+            ),
         ),
     ]

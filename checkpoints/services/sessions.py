@@ -4,7 +4,7 @@ a lock and written back only if nobody wrote them in between (the prompt hot pat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from copy import deepcopy
+from copy import copy
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -110,7 +110,7 @@ class SessionRead:
     """A session row read without a lock, and its loaded values as they were read."""
 
     session: Session
-    values: dict[str, Any]  # attname -> value (lists and dicts copied)
+    values: dict[str, Any]  # attname -> value (lists and dicts copied, one level deep)
 
 
 @cache
@@ -180,8 +180,9 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
         values[field.attname] = value
     session = Session.from_db(alias, list(values), list(values.values()))
     session.owner = owner  # already loaded: spares a query wherever it is used
-    # The session's lists are the caller's to change: compare against copies.
-    read = {name: deepcopy(value) if isinstance(value, list | dict) else value
+    # The session's lists are the caller's to change: compare against copies. (Shallow: the
+    # engine replaces the items of a list, it does not change them in place.)
+    read = {name: copy(value) if isinstance(value, list | dict) else value
             for name, value in values.items()}  # fmt: skip
     return SessionRead(session=session, values=read)
 

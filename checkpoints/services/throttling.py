@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from functools import cache
 from typing import NamedTuple
 
 from django.core.cache import caches
@@ -65,22 +66,27 @@ def counters_delete_expired(*, now: float | None = None) -> int:
     return deleted
 
 
-def _database_increment(*, bucket: str, window_end: int) -> int:
-    connection = connections[router.db_for_write(ThrottleCounter)]
-    quote = connection.ops.quote_name
+@cache
+def _upsert_statement(alias: str) -> str:
+    quote = connections[alias].ops.quote_name
     table = quote(ThrottleCounter._meta.db_table)
     count = quote("count")
-    sql = (
+    return (
         f"INSERT INTO {table} ({quote('bucket')}, {quote('window_end')}, {count}) "  # noqa: S608
         f"VALUES (%s, %s, 1) "
         f"ON CONFLICT ({quote('bucket')}, {quote('window_end')}) "
         f"DO UPDATE SET {count} = {table}.{count} + 1 "
         f"RETURNING {count}"
     )
+
+
+def _database_increment(*, bucket: str, window_end: int) -> int:
+    alias = router.db_for_write(ThrottleCounter) or "default"
+    connection = connections[alias]
     # A write like the engine's: on SQLite it queues on the writers' lock rather than in
     # SQLite's sleeping busy handler, which would hold the request up to 100 ms a poll.
     with write_serialized(), connection.cursor() as cursor:
-        cursor.execute(sql, [bucket, window_end])
+        cursor.execute(_upsert_statement(alias), [bucket, window_end])
         # fetchall, not fetchone: SQLite ends (and commits) the statement only once stepped
         # past its last row.
         rows = cursor.fetchall()

@@ -121,16 +121,25 @@ def _line_spans(rule: Rule, text: str, lowered: str) -> Iterator[tuple[int, int]
         at = _first_anchor(lowered, rule.anchors, end)
 
 
+# Each distinct hint once, with the rules (by position in ``RULES``) it lets run: a text is
+# searched for each hint once, not once per rule that names it.
+_RULES_BY_HINT: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
+    (hint, tuple(index for index, rule in enumerate(RULES) if hint in rule.hints))
+    for hint in sorted({hint for rule in RULES for hint in rule.hints})
+)
+
+
 def _iter_findings(text: str) -> Iterator[Finding]:
     # ASCII only: str.lower() can change the length (a dotted capital I becomes two code
     # points), and offsets in the lowered copy must be the text's.
     lowered = text.translate(_ASCII_LOWER)
-    for rule in RULES:
-        if any(hint in lowered for hint in rule.hints):
-            for start, end in _spans(rule, text, lowered):
-                # Already redacted (a PEM body, say): finding it again would make no change.
-                if end > start and text[start:end] != REDACTED:
-                    yield Finding(start, end, rule.kind)
+    hinted = {index for hint, indexes in _RULES_BY_HINT if hint in lowered for index in indexes}
+    for index in sorted(hinted):
+        rule = RULES[index]
+        for start, end in _spans(rule, text, lowered):
+            # Already redacted (a PEM body, say): finding it again would make no change.
+            if end > start and text[start:end] != REDACTED:
+                yield Finding(start, end, rule.kind)
 
 
 # --- Public API -----------------------------------------------------------------------------
