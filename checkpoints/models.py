@@ -146,6 +146,9 @@ class Session(models.Model):
                 name="session_owner_project_recent",
             ),
             models.Index(fields=["owner", "-last_activity_at"], name="session_owner_recent"),
+            # A session that arrives with only its cwd joins the known git top-level above it
+            # (``projects.project_known``): without it, a scan of all the owner's sessions.
+            models.Index(fields=["owner", "git_root"], name="session_owner_git_root"),
         ]
 
     def __str__(self) -> str:

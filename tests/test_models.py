@@ -170,3 +170,11 @@ def test_unknown_scope_is_refused(owner):
     with pytest.raises(ValueError, match="scopes must be among"):
         token_create(owner=owner, name="none", scopes=[])
     assert not ApiToken.objects.exists()
+
+
+def test_a_cwd_only_session_finds_its_known_git_root_through_an_index(owner):
+    for number in range(3):
+        SessionFactory(owner=owner, git_root=f"/src/p{number}")
+    known = Session.objects.filter(owner=owner, git_root__in=["/src/p1/app", "/src/p1"])
+    plan = _plan(known.values_list("git_root", flat=True).distinct())
+    assert "session_owner_git_root" in plan
