@@ -114,6 +114,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+elif DATABASES["default"]["ENGINE"].endswith(("postgresql", "postgis")):
+    # A server that accepts connections but never answers (a partition, a hung host) held a
+    # request thread for ever, /healthz's too: give up connecting after this many seconds,
+    # and the request answers 503 (``checkpoints/api/errors.py``). ``?connect_timeout=N`` in
+    # DATABASE_URL overrides it.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 # Reopening a connection per request costs more than the hook's own work (measured in
 # bench/hook_path.py: SQLite p50 10.5 ms -> 7.8 ms), so workers keep theirs.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)
