@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from functools import cache
 from typing import NamedTuple
 
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import connections, router
+from redis import Redis
 from redis.exceptions import RedisError
 
 from checkpoints.models import ThrottleCounter
@@ -100,7 +102,7 @@ def _redis_increment(cache: RedisCache, *, bucket: str, window_end: int, now: fl
     # The key outlives its window by a little, so a worker whose clock lags still finds it.
     ttl = max(1, int(window_end - now) + 2)
     try:
-        client = cache._cache.get_client(key, write=True)
+        client = _redis_client(cache)
         with client.pipeline(transaction=True) as pipe:
             pipe.incr(key)
             pipe.expire(key, ttl)
@@ -108,3 +110,17 @@ def _redis_increment(cache: RedisCache, *, bucket: str, window_end: int, now: fl
     except RedisError as exc:
         raise CounterUnavailable(str(exc)) from exc
     return int(count)
+
+
+# One Redis client per cache client, made once: Django's cache builds a new Redis client for
+# every call (setting up its ~170 response callbacks each time), and a throttle counts every
+# request. The client borrows connections from the cache client's pool, and goes with it.
+_clients: weakref.WeakKeyDictionary[object, Redis] = weakref.WeakKeyDictionary()
+
+
+def _redis_client(cache: RedisCache) -> Redis:
+    owner = cache._cache
+    client = _clients.get(owner)
+    if client is None:
+        client = _clients[owner] = owner.get_client(write=True)
+    return client
