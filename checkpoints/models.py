@@ -162,11 +162,11 @@ class Session(models.Model):
         loaded long ago cannot hand out a version that is in use. The attribute is left
         unloaded afterwards; reading it loads the stored value.
         """
-        if self._state.adding:
-            super().save(*args, **kwargs)
+        update_fields = kwargs.get("update_fields")
+        if self._state.adding or (update_fields is not None and not update_fields):
+            super().save(*args, **kwargs)  # an insert, or nothing to write
             return
         self.row_version = F("row_version") + 1
-        update_fields = kwargs.get("update_fields")
         if update_fields is not None:
             kwargs["update_fields"] = {*update_fields, "row_version"}
         try:

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -407,8 +408,9 @@ class Service:
 
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to ``target``. ``down()`` cuts every connection and
-    refuses new ones (nothing listens); ``hang()`` cuts them and accepts new ones that never
-    get an answer; ``up()`` forwards again on the same port."""
+    resets new ones as they come; ``hang()`` cuts them and accepts new ones that never get
+    an answer; ``up()`` forwards again. The port stays bound throughout: giving it up
+    between ``down()`` and ``up()`` would let another program take it."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -419,12 +421,14 @@ class TcpProxy:
         self._accepting: threading.Thread | None = None
         self._held: list[socket.socket] = []
         self.hanging = False
+        self.refusing = False
         self.connections = 0
 
     def up(self) -> None:
         """Forward again (after ``down`` or ``hang``)."""
         with self._lock:
             self.hanging = False
+            self.refusing = False
             held, self._held = self._held, []
         for sock in held:
             sock.close()
@@ -446,16 +450,11 @@ class TcpProxy:
         return self._cut()
 
     def down(self) -> int:
-        """Stop listening and cut every open connection; how many were cut."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
-        if self._accepting is not None:
-            self._accepting.join(timeout=5)
+        """A database that is gone: cut every open connection, and reset each new one at
+        once; how many were cut."""
         with self._lock:
             self.hanging = False
+            self.refusing = True
             held, self._held = self._held, []
         for sock in held:
             sock.close()
@@ -478,6 +477,10 @@ class TcpProxy:
             except OSError:
                 return  # closed by down()
             with self._lock:
+                if self.refusing:  # a reset, as from a host with nothing listening
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    client.close()
+                    continue
                 if self.hanging:
                     self._held.append(client)
                     continue

@@ -321,8 +321,9 @@ def test_kill_9_of_a_web_worker_and_the_cluster_loses_no_acknowledged_event(
 # --- 3. server down -------------------------------------------------------------------------
 
 HOOK_TIMEOUT = 3.0
-# The client's own deadline, its watchdog's grace (1 s) and an interpreter start on a busy box.
-HOOK_WALL_BOUND = HOOK_TIMEOUT + 3.0
+# The client's own deadline, its watchdog's grace (1 s) and an interpreter start on a busy
+# two-core CI box (seen at over a second there). Far below a harness's own hook timeout.
+HOOK_WALL_BOUND = HOOK_TIMEOUT + 5.0
 
 
 def assert_fail_open(run: Any) -> None:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from checkpoints.models import Session
 from checkpoints.services import engine
 from checkpoints.services.engine import PROMPT_FIELDS
-from checkpoints.services.sessions import session_read, session_swap
+from checkpoints.services.sessions import session_lock, session_read, session_swap
 from tests.factories import SessionFactory
 from tests.hookutil import payload, send
 
@@ -130,14 +130,23 @@ def test_a_prompt_that_loses_the_race_reads_again_and_keeps_the_other_write(
 def test_a_prompt_that_keeps_losing_takes_the_locked_path(client_for, owner, monkeypatch):
     hook = client_for(owner, "ingest")
     send(hook, payload("session_start_startup"))
+    reads = []
+    locks = []
 
     def read_then_another_writes(**kwargs):
-        session = session_read(**kwargs)
+        reads.append(session_read(**kwargs))
         Session.objects.get().save()  # someone always writes in between
-        return session
+        return reads[-1]
+
+    def lock(**kwargs):
+        locks.append(kwargs["session_key"])
+        return session_lock(**kwargs)
 
     monkeypatch.setattr(engine, "session_read", read_then_another_writes)
+    monkeypatch.setattr(engine, "session_lock", lock)
     send(hook, payload("user_prompt_submit", prompt="contended"))
+    assert len(reads) == engine.UNLOCKED_ATTEMPTS  # every try lost the race
+    assert len(locks) == 1  # then the row lock settled it
     session = Session.objects.get()
     assert session.prompt_count == 1
     assert session.recent_prompts == ["contended"]

@@ -30,7 +30,9 @@ def config_get() -> ContinuityConfig:
     The first call creates the row from ``SIGNET_CONFIG_DEFAULTS`` (the environment). The
     shared cache is evicted by ``config_save``, and so is the saving process's own copy: an
     admin's change applies at once in that process, and in every other worker within
-    ``SIGNET_CONFIG_LOCAL_SECONDS``, without a restart.
+    ``SIGNET_CONFIG_LOCAL_SECONDS``, without a restart. The object is shared by the
+    process's threads: read it, never change it (an edit goes through ``config_save`` on a
+    row of its own, as the admin does).
     """
     global _local
     local = _local

@@ -23,7 +23,8 @@ EXPORT_FORMAT = "signet-continuity.session"
 EXPORT_VERSION = 1
 
 # Columns not exported: local row numbers and the owner (the import names its own).
-SESSION_SKIPPED = frozenset({"id", "owner", "previous_session"})
+# row_version is this database's bookkeeping of writes, not the session's state.
+SESSION_SKIPPED = frozenset({"id", "owner", "previous_session", "row_version"})
 CHECKPOINT_SKIPPED = frozenset({"owner", "session", "parent"})
 INJECTION_SKIPPED = frozenset({"id", "session", "checkpoint"})
 

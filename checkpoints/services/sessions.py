@@ -3,6 +3,7 @@ a lock and written back only if nobody wrote them in between (the prompt hot pat
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from checkpoints.models import Session
@@ -129,24 +131,34 @@ def _column(field: Field[Any, Any]) -> str:
 
 
 @cache
-def _read_statement(alias: str, names: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
-    connection = connections[alias]
-    quote = connection.ops.quote_name
-    fields = _fields(names)
-    columns = ", ".join(quote(_column(field)) for field in fields)
-    sql = (
+def _read_statement(alias: str, names: tuple[str, ...]) -> str:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(_column(field)) for field in _fields(names))
+    return (
         f"SELECT {columns} FROM {quote(Session._meta.db_table)} "  # noqa: S608
         f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s"
     )
-    # What the ORM would apply to each column's raw value: the backend's, then the field's.
-    converters = tuple(
-        tuple(
-            connection.ops.get_db_converters(field.cached_col)
-            + field.cached_col.get_db_converters(connection)
+
+
+# Per connection (each thread has its own), as the backend's converters are its methods.
+_converters_by_connection: weakref.WeakKeyDictionary[
+    BaseDatabaseWrapper, dict[tuple[str, ...], tuple[Any, ...]]
+] = weakref.WeakKeyDictionary()
+
+
+def _converters(connection: BaseDatabaseWrapper, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """What the ORM applies to each column's raw value: the backend's, then the field's."""
+    known = _converters_by_connection.setdefault(connection, {})
+    found = known.get(names)
+    if found is None:
+        found = known[names] = tuple(
+            tuple(
+                connection.ops.get_db_converters(field.cached_col)
+                + field.cached_col.get_db_converters(connection)
+            )
+            for field in _fields(names)
         )
-        for field in fields
-    )
-    return sql, converters
+    return found
 
 
 @cache
@@ -166,14 +178,14 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     ``id`` and ``row_version``), read without a lock; None when there is none yet."""
     alias = router.db_for_read(Session) or "default"
     names = tuple(fields)
-    sql, converters = _read_statement(alias, names)
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [owner.pk, session_key])
+        cursor.execute(_read_statement(alias, names), [owner.pk, session_key])
         row = cursor.fetchone()
     if row is None:
         return None
     values: dict[str, Any] = {}
+    converters = _converters(connection, names)
     for field, value, field_converters in zip(_fields(names), row, converters, strict=True):
         for convert in field_converters:
             value = convert(value, field.cached_col, connection)
