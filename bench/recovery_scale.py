@@ -25,7 +25,6 @@ owner alone, say) where an index could give the order.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import re
 import statistics
@@ -43,7 +42,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from bench.load import checkpoints_insert  # noqa: E402
-from bench.service import Running, post_json, running_service  # noqa: E402
+from bench.service import Running, post, post_json, running_service  # noqa: E402
 
 HOOK = "/api/hooks/claude-code/"
 BARE = "/bench/bare/"
@@ -151,18 +150,8 @@ def start_body(key: str, project: str) -> str:
 
 def session_start(host: str, port: int | None, token: str, body: str) -> tuple[int, bool]:
     """POST a SessionStart over a fresh connection: the status and whether it recovered."""
-    conn = http.client.HTTPConnection(host, port, timeout=30)
-    try:
-        conn.request(
-            "POST",
-            HOOK,
-            body=body,
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
-        return response.status, HEADER in response.read().decode()
-    finally:
-        conn.close()
+    status, answer = post(host=host, port=port, path=HOOK, token=token, body=body)
+    return status, HEADER in answer.decode()
 
 
 @dataclass

@@ -29,8 +29,9 @@ class Running:
     pid: int = 0  # ``manage.py serve``'s: granian's processes are its descendants
 
 
-def post_json(*, host: str, port: int | None, path: str, token: str, body: str) -> int:
-    """POST ``body`` over a fresh connection, as a hook does; the status (OSError if none)."""
+def post(*, host: str, port: int | None, path: str, token: str, body: str) -> tuple[int, bytes]:
+    """POST ``body`` over a fresh connection, as a hook does; the status and the answer
+    (OSError if none)."""
     conn = http.client.HTTPConnection(host, port, timeout=30)
     try:
         conn.request(
@@ -40,10 +41,14 @@ def post_json(*, host: str, port: int | None, path: str, token: str, body: str) 
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         response = conn.getresponse()
-        response.read()
-        return response.status
+        return response.status, response.read()
     finally:
         conn.close()
+
+
+def post_json(*, host: str, port: int | None, path: str, token: str, body: str) -> int:
+    """POST ``body`` over a fresh connection, as a hook does; the status (OSError if none)."""
+    return post(host=host, port=port, path=path, token=token, body=body)[0]
 
 
 def free_port() -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.service import free_port
+from tests.processes import manage
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOOK_SCRIPT = PROJECT_DIR / "hooks" / "signet_hook.py"
@@ -297,18 +298,7 @@ class Service:
         return env
 
     def manage(self, *args: str, timeout: float = 240) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=PROJECT_DIR,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise AssertionError(f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}")
-        return done.stdout
+        return manage(self.env, *args, timeout=timeout)
 
     def query(self, code: str) -> Any:
         """Run ``code`` in ``manage.py shell``; it prints one JSON document last."""

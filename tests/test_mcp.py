@@ -32,6 +32,7 @@ from checkpoints.services.config import config_cache_clear, config_get, config_s
 from checkpoints.services.tokens import token_create, token_revoke
 from hooks.install import InstallError
 from hooks.mcp_config import SERVER_NAME, mcp_install, mcp_uninstall
+from tests.processes import manage
 from tests.test_serve import free_port, service_env
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -311,8 +312,8 @@ def test_over_the_service_as_make_run_starts_it(tmp_path):
     """``manage.py serve``: the WSGI server with blocking threads, several processes."""
     port = free_port()
     env = service_env(tmp_path, port, WEB_CONCURRENCY="2", LOG_LEVEL="WARNING")
-    _manage(env, "migrate", "--noinput", "-v0")
-    token = _manage(env, "create_token", "--user", "alice", "--scopes", "read,write")
+    manage(env, "migrate", "--noinput", "-v0")
+    token = manage(env, "create_token", "--user", "alice", "--scopes", "read,write")
     token = token.strip().splitlines()[-1]
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
@@ -367,19 +368,6 @@ def _stdio_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=PROJECT_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout
-
-
 def over_stdio(env: dict[str, str], scenario: Scenario, cwd: Path = PROJECT_DIR) -> Any:
     params = StdioServerParameters(
         command=sys.executable,
@@ -398,7 +386,7 @@ def over_stdio(env: dict[str, str], scenario: Scenario, cwd: Path = PROJECT_DIR)
 @pytest.mark.slow
 def test_over_stdio(tmp_path):
     env = _stdio_env(tmp_path)
-    token = _manage(env, "create_token", "--user", "alice", "--scopes", "read,write")
+    token = manage(env, "create_token", "--user", "alice", "--scopes", "read,write")
     env["SIGNET_TOKEN"] = token.strip().splitlines()[-1]
     project = tmp_path / "shop"
     (project / "src").mkdir(parents=True)
@@ -437,7 +425,7 @@ def test_over_stdio(tmp_path):
     env["SIGNET_SESSION_KEY"] = "stdio-2"
     bound = over_stdio(env, call("session_digest", summary="from the environment"), cwd=project)
     assert bound.structured_content["session_key"] == "stdio-2"
-    stored = _manage(
+    stored = manage(
         env,
         "shell",
         "-c",
@@ -469,7 +457,7 @@ def test_stdio_refuses_to_start_without_a_valid_token(tmp_path):
     )
     assert done.returncode != 0
     assert "invalid or revoked" in done.stderr
-    ingest = _manage(env, "create_token", "--user", "alice", "--scopes", "ingest")
+    ingest = manage(env, "create_token", "--user", "alice", "--scopes", "ingest")
     env["SIGNET_TOKEN"] = ingest.strip().splitlines()[-1]
     done = subprocess.run(command, cwd=PROJECT_DIR, env=env, capture_output=True, text=True)
     assert done.returncode != 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.hookutil import FIXTURES
 from tests.test_serve import free_port, service_env
 
@@ -36,16 +37,7 @@ def test_several_workers_count_every_prompt_and_checkpoint_exactly(tmp_path):
     )
 
     def manage(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=PROJECT_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        return done.stdout
+        return processes.manage(env, *args)
 
     manage("migrate", "--noinput", "-v0")
     token = manage("create_token", "--user", "alice", "--scopes", "ingest").strip().splitlines()[-1]

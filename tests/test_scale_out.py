@@ -53,6 +53,7 @@ from django.conf import settings
 from psycopg import sql
 
 from tests.hookutil import HOOK_URL, payload
+from tests.processes import manage
 from tests.test_serve import free_port
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -69,7 +70,6 @@ PARALLEL = 8
 READY_SECONDS = 240
 SETTLE_SECONDS = 240
 STOP_SECONDS = 60
-COMMAND_SECONDS = 300
 
 # Printed as JSON by ``manage.py shell`` on the throw-away database: what the asserts read.
 STATE_SCRIPT = f"""
@@ -149,21 +149,6 @@ def host_env(base: dict[str, str], data_dir: Path, **extra: str) -> dict[str, st
     """One host's environment: the shared settings, its own data folder."""
     data_dir.mkdir(exist_ok=True)
     return {**base, "SIGNET_DATA_DIR": str(data_dir), **extra}
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    """Run ``manage.py`` with ``env``; its standard output (fails the test on an error)."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=PROJECT_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_SECONDS,
-        check=False,
-    )
-    assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def db_state(env: dict[str, str]) -> dict[str, Any]:
