@@ -146,8 +146,7 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
         step = _apply(session, event, config, now, content)
         session.save()
         if step.newly_pending:
-            session_id = session.pk
-            transaction.on_commit(lambda: pending_enqueue(session_id=session_id))
+            transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
     return Outcome(context="" if replayed else step.context)
 
 
