@@ -79,6 +79,12 @@ MIDDLEWARE = [
     # Last, as django-axes asks: turns a locked-out sign-in into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]
+# Hook posts (/api/hooks/) are served with these only: no cookie, session, form or page to
+# look after, so none of the browser's middleware (``signet_site/handlers.py``).
+HOOK_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "checkpoints.api.middleware.ChunkedBodyMiddleware",
+]
 
 ROOT_URLCONF = "signet_site.urls"
 WSGI_APPLICATION = "signet_site.wsgi.application"

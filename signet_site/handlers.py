@@ -1,0 +1,51 @@
+"""The WSGI application: hook posts through a short middleware list, the rest through all.
+
+A hook post is an agent's machine calling with a bearer token and a JSON body, many times a
+minute: it has no cookie, no session, no form and no page. The browser's middleware
+(sessions, CSRF, the signed-in user, messages, the viewer's time zone, sign-in lockout,
+static files) has nothing to do for it, yet costs it about a quarter of a millisecond of
+Python per call, much of the work that is not the hook's own (``bench/hook_path.py``). So
+paths under ``HOOK_PATH_PREFIX`` go to a second Django handler built from
+``settings.HOOK_MIDDLEWARE``; every other path, the rest of the API included, keeps
+``settings.MIDDLEWARE``. Both handlers serve the same URLconf and views, and both send
+Django's request signals, so connections are managed the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.handlers.wsgi import WSGIHandler
+
+HOOK_PATH_PREFIX = "/api/hooks/"
+
+StartResponse = Callable[..., Any]
+
+
+class HookHandler(WSGIHandler):
+    """Django's WSGI handler with ``settings.HOOK_MIDDLEWARE`` in place of ``MIDDLEWARE``."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        # Django builds the chain from settings.MIDDLEWARE; this runs once, when the
+        # application is made (at import, before any request thread), never during one.
+        site_middleware = settings.MIDDLEWARE
+        settings.MIDDLEWARE = settings.HOOK_MIDDLEWARE
+        try:
+            super().load_middleware(is_async)
+        finally:
+            settings.MIDDLEWARE = site_middleware
+
+
+class SignetApplication:
+    """Hands each request to the hooks' handler or the site's, by its path."""
+
+    def __init__(self) -> None:
+        self.site = WSGIHandler()
+        self.hooks = HookHandler()
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        handler = self.hooks if path.startswith(HOOK_PATH_PREFIX) else self.site
+        return handler(environ, start_response)
