@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db.models import DEFERRED, Field
 
 from checkpoints.models import Session
 from checkpoints.services.locks import write_serialized
@@ -124,6 +124,15 @@ def _fields(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
     return chosen
 
 
+_CONCRETE_ATTNAMES = [field.attname for field in Session._meta.concrete_fields]
+
+
+@cache
+def _positions(names: tuple[str, ...]) -> tuple[int, ...]:
+    """Where each of ``_fields(names)`` stands among the model's concrete fields."""
+    return tuple(_CONCRETE_ATTNAMES.index(field.attname) for field in _fields(names))
+
+
 def _column(field: Field[Any, Any]) -> str:
     column = field.column
     assert column is not None  # a concrete field of the table
@@ -186,11 +195,17 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
         return None
     values: dict[str, Any] = {}
     converters = _converters(connection, names)
-    for field, value, field_converters in zip(_fields(names), row, converters, strict=True):
+    # Every column's place, the unread ones DEFERRED: given the full row, ``from_db`` skips
+    # matching each concrete field against the names read (most of its cost here).
+    row_values: list[Any] = [DEFERRED] * len(_CONCRETE_ATTNAMES)
+    for field, value, field_converters, position in zip(
+        _fields(names), row, converters, _positions(names), strict=True
+    ):
         for convert in field_converters:
             value = convert(value, field.cached_col, connection)
         values[field.attname] = value
-    session = Session.from_db(alias, list(values), list(values.values()))
+        row_values[position] = value
+    session = Session.from_db(alias, _CONCRETE_ATTNAMES, row_values)
     session.owner = owner  # already loaded: spares a query wherever it is used
     # The session's lists are the caller's to change: compare against copies. (Shallow: the
     # engine replaces the items of a list, it does not change them in place.)
