@@ -126,6 +126,9 @@ elif DATABASES["default"]["ENGINE"].endswith(("postgresql", "postgis")):
     # and the request answers 503 (``checkpoints/api/errors.py``). ``?connect_timeout=N`` in
     # DATABASE_URL overrides it.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django's, checking only connections that sat idle (``signet_site/postgresql``).
+        DATABASES["default"]["ENGINE"] = "signet_site.postgresql"
 # Reopening a connection per request costs more than the hook's own work (measured in
 # bench/hook_path.py: SQLite p50 10.5 ms -> 7.8 ms), so workers keep theirs.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)

@@ -50,6 +50,7 @@ import psycopg
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
 from psycopg import sql
 
 from tests.hookutil import HOOK_URL, payload
@@ -102,7 +103,7 @@ print(json.dumps({{
 
 def _postgres_or_skip() -> dict[str, Any]:
     database = settings.DATABASES["default"]
-    if database["ENGINE"] != "django.db.backends.postgresql":
+    if connection.vendor != "postgresql":
         pytest.skip("scale-out needs PostgreSQL: set DATABASE_URL (SQLite is one host only)")
     if not os.environ.get("DATABASE_URL"):
         pytest.skip("scale-out builds its database's URL from DATABASE_URL, which is not set")

@@ -82,7 +82,7 @@ def test_no_environment_means_sqlite_in_wal_mode_under_the_data_dir(tmp_path):
 
 def test_database_url_is_honoured(tmp_path):
     out = probe(tmp_path, DATABASE_URL="postgres://signet@db.internal:5433/signet_prod")
-    assert out["engine"] == "django.db.backends.postgresql"
+    assert out["engine"] == "signet_site.postgresql"  # Django's, checking idle connections only
     assert out["name"] == "signet_prod"
     assert out["host"] == "db.internal"
 
