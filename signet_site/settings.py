@@ -81,9 +81,11 @@ MIDDLEWARE = [
 ]
 # Hook posts (/api/hooks/) are served with these only: no cookie, session, form or page to
 # look after, so none of the browser's middleware (``signet_site/handlers.py``).
+# CommonMiddleware stays for its check of the Host header against ALLOWED_HOSTS.
 HOOK_MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "checkpoints.api.middleware.ChunkedBodyMiddleware",
+    "django.middleware.common.CommonMiddleware",
 ]
 
 ROOT_URLCONF = "signet_site.urls"

@@ -36,7 +36,13 @@ class Answer:
 
 
 def call(
-    method: str, path: str, body: bytes = b"", *, token: str = "", chunked: bool = False
+    method: str,
+    path: str,
+    body: bytes = b"",
+    *,
+    token: str = "",
+    chunked: bool = False,
+    host: str = "127.0.0.1:8000",
 ) -> Answer:
     """One request through ``application``, with the environ a server would build."""
     environ: dict[str, Any] = {
@@ -48,7 +54,7 @@ def call(
         "SERVER_PORT": "8000",
         "SERVER_PROTOCOL": "HTTP/1.1",
         "REMOTE_ADDR": "127.0.0.1",
-        "HTTP_HOST": "127.0.0.1:8000",
+        "HTTP_HOST": host,
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": "" if chunked else str(len(body)),
         "wsgi.input": io.BytesIO(body),
@@ -139,6 +145,13 @@ def test_the_hooks_handler_refuses_a_bad_token_and_bad_json_in_the_api_shape(own
     missing = call("POST", HOOK_PATH_PREFIX + "no-such-harness/", prompt("x"), token="t")
     assert missing.status_code in (401, 404)
     assert set(missing.json()) >= {"error", "detail"}
+    assert not Session.objects.exists()
+
+
+def test_the_hooks_handler_refuses_a_host_not_allowed(owner, make_token):
+    answer = call("POST", HOOK_URL, prompt("host"), token=make_token(owner), host="evil.example")
+    assert answer.status_code == 400
+    assert set(answer.json()) >= {"error", "detail"}
     assert not Session.objects.exists()
 
 
