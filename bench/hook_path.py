@@ -5,11 +5,13 @@ Starts the service once, as ``make run`` does (granian + django-q2, SQLite by de
 each count in ``--sessions`` drives that many concurrent sessions, each sending prompts back
 to back, first at ``/bench/bare/`` and then at ``/api/hooks/claude-code/``. Prints
 requests/s and p50/p99 for both at each count and the ratio the hook path is judged by
-(goal: >= 0.5 of the bare view's throughput at 32 and 64 sessions). Hook posts are served
+(goal: >= 0.5 of the bare view's throughput at 32 and 64 sessions). Each count runs
+``--rounds`` times, bare and hook in turn, and the median ratio is judged: on a shared
+machine one round's ratio moves by +-0.05 with the neighbours. Hook posts are served
 with a shorter middleware list than pages (``signet_site/handlers.py``), so the same bare
 view behind that list (``/api/hooks/bare/``) is measured too and its ratio shown, not judged.
 
-    .venv/bin/python bench/hook_path.py [--sessions 1,32,64,256] [--requests 40]
+    .venv/bin/python bench/hook_path.py [--sessions 1,32,64,256] [--requests 40] [--rounds 3]
         [--database-url URL] [--redis-url URL] [--workers N] [--threads N]
 """
 
@@ -22,6 +24,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -102,6 +105,16 @@ def counts(text: str) -> list[int]:
     return found
 
 
+@dataclass(frozen=True)
+class Round:
+    """One round at a session count: the bare view, the hook, then the bare view behind the
+    hooks' middleware, one after the other."""
+
+    bare: dict[str, float]
+    hook: dict[str, float]
+    lean: dict[str, float]
+
+
 def verdict(met: bool) -> str:
     return "met" if met else "NOT met"
 
@@ -112,6 +125,9 @@ def main() -> None:
         "--sessions", type=counts, default=[64], help="concurrent sessions, e.g. 1,32,64,256"
     )
     parser.add_argument("--requests", type=int, default=40, help="per session")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds per count (median judged)"
+    )
     parser.add_argument("--database-url", default="")
     parser.add_argument("--redis-url", default="", help="cache and task broker (REDIS_URL)")
     parser.add_argument(
@@ -121,7 +137,7 @@ def main() -> None:
         "--threads", type=int, default=0, help="threads per web process (default: serve's)"
     )
     args = parser.parse_args()
-    results: list[tuple[int, dict[str, float], dict[str, float], dict[str, float]]] = []
+    results: list[tuple[int, list[Round]]] = []
     with running_service(
         database_url=args.database_url,
         redis_url=args.redis_url,
@@ -131,33 +147,47 @@ def main() -> None:
         drive(service.url, BARE, service.token, 8, 5)  # warm every worker
         drive(service.url, HOOK, service.token, 8, 5)
         for sessions in args.sessions:
-            bare = drive(service.url, BARE, service.token, sessions, args.requests)
-            hook = drive(service.url, HOOK, service.token, sessions, args.requests)
-            lean = drive(service.url, BARE_HOOK_MIDDLEWARE, service.token, sessions, args.requests)
-            results.append((sessions, bare, hook, lean))
+            rounds = []
+            for _ in range(args.rounds):
+                bare = drive(service.url, BARE, service.token, sessions, args.requests)
+                hook = drive(service.url, HOOK, service.token, sessions, args.requests)
+                lean = drive(
+                    service.url, BARE_HOOK_MIDDLEWARE, service.token, sessions, args.requests
+                )
+                rounds.append(Round(bare=bare, hook=hook, lean=lean))
+            results.append((sessions, rounds))
     stores = ("PostgreSQL" if args.database_url else "SQLite") + (
         " + Redis" if args.redis_url else ""
     )
     print(f"hook path bench: UserPromptSubmit vs the bare view, {args.requests} prompts per "
-          f"session, {stores}, the web server as `make run` starts it")  # fmt: skip
-    for sessions, bare, hook, lean in results:
+          f"session, {args.rounds} alternating rounds (figures: medians over the rounds), "
+          f"{stores}, the web server as `make run` starts it")  # fmt: skip
+    for sessions, rounds in results:
         print(f"{sessions} concurrent session{'s' if sessions > 1 else ''}:")
-        for name, figures in (
-            ("bare Django JSON view", bare),
-            ("UserPromptSubmit hook", hook),
-            ("bare view, hooks' list", lean),
+        for name, key in (
+            ("bare Django JSON view", "bare"),
+            ("UserPromptSubmit hook", "hook"),
+            ("bare view, hooks' list", "lean"),
         ):
+            figures = {
+                metric: statistics.median(getattr(one, key)[metric] for one in rounds)
+                for metric in ("rps", "p50_ms", "p99_ms")
+            }
+            failed = sum(int(getattr(one, key)["failures"]) for one in rounds)
+            sent = sum(int(getattr(one, key)["requests"]) for one in rounds)
             print(
                 f"  {name:24} {figures['rps']:8.1f} req/s   p50 {figures['p50_ms']:6.1f} ms   "
-                f"p99 {figures['p99_ms']:6.1f} ms   ({int(figures['failures'])} failed "
-                f"of {int(figures['requests'])})"
+                f"p99 {figures['p99_ms']:6.1f} ms   ({failed} failed of {sent})"
             )
-        ratio = hook["rps"] / bare["rps"]
+        ratios = [one.hook["rps"] / one.bare["rps"] for one in rounds]
+        ratio = statistics.median(ratios)
         judged = sessions in JUDGED_AT
-        print(f"  throughput ratio hook/bare: {ratio:.2f}"
+        print(f"  throughput ratio hook/bare by round: {' '.join(f'{r:.2f}' for r in ratios)}; "
+              f"median {ratio:.2f}"
               + (f" (goal >= 0.50: {verdict(ratio >= 0.5)})" if judged else ""))  # fmt: skip
-        print(f"  ratio hook / bare view behind the hooks' middleware: "
-              f"{hook['rps'] / lean['rps']:.2f} (shown, not judged)")  # fmt: skip
+        lean_ratio = statistics.median(one.hook["rps"] / one.lean["rps"] for one in rounds)
+        print(f"  ratio hook / bare view behind the hooks' middleware (median): "
+              f"{lean_ratio:.2f} (shown, not judged)")  # fmt: skip
 
 
 if __name__ == "__main__":
