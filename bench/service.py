@@ -89,6 +89,9 @@ def running_service(
         env["DATABASE_URL"] = database_url
     if redis_url:
         env["REDIS_URL"] = redis_url
+        # Keys of their own: a bench before this one (a throttle at another quota, a
+        # queue's leftovers) must not count here.
+        env["SIGNET_REDIS_PREFIX"] = f"signet-bench-{os.path.basename(data)}"
     elif "REDIS_URL" not in (extra_env or {}):
         env.pop("REDIS_URL", None)
     if workers:

@@ -140,13 +140,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (shared by every worker: the continuity config; with Redis, throttle counters) --
 REDIS_URL = env.str("REDIS_URL", default="")
+# What this deployment's keys in Redis start with (the cache's, the task queue's): two
+# deployments sharing one Redis database would otherwise count each other's throttles.
+REDIS_PREFIX = env.str("SIGNET_REDIS_PREFIX", default="signet")
 CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
-            "KEY_PREFIX": "signet",
+            "KEY_PREFIX": REDIS_PREFIX,
         }
     }
 else:
@@ -171,6 +174,7 @@ Q_CLUSTER: dict[str, Any] = {
 }
 if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
+    Q_CLUSTER["name"] = REDIS_PREFIX  # names the queue's keys
 else:
     Q_CLUSTER["orm"] = "default"
     Q_CLUSTER["poll"] = 0.5

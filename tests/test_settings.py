@@ -30,6 +30,8 @@ out = {
     "name": str(settings.DATABASES["default"]["NAME"]),
     "host": settings.DATABASES["default"].get("HOST", ""),
     "cache": settings.CACHES["default"]["BACKEND"],
+    "cache_prefix": settings.CACHES["default"].get("KEY_PREFIX", ""),
+    "queue": settings.Q_CLUSTER["name"],
     "broker": "redis" if "redis" in settings.Q_CLUSTER else "orm",
     "debug": settings.DEBUG,
 }
@@ -91,6 +93,12 @@ def test_redis_url_moves_cache_and_broker(tmp_path):
     out = probe(tmp_path, REDIS_URL="redis://127.0.0.1:6379/3")
     assert out["cache"] == "django.core.cache.backends.redis.RedisCache"
     assert out["broker"] == "redis"
+    assert out["cache_prefix"] == out["queue"] == "signet"
+
+
+def test_deployments_sharing_a_redis_database_keep_their_keys_apart(tmp_path):
+    out = probe(tmp_path, REDIS_URL="redis://127.0.0.1:6379/3", SIGNET_REDIS_PREFIX="team-b")
+    assert out["cache_prefix"] == out["queue"] == "team-b"
 
 
 def test_insecure_configuration_refuses_to_start_and_says_why(tmp_path):
