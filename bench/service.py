@@ -89,11 +89,12 @@ def running_service(
         env["DATABASE_URL"] = database_url
     if redis_url:
         env["REDIS_URL"] = redis_url
+    elif "REDIS_URL" not in (extra_env or {}):
+        env.pop("REDIS_URL", None)
+    if env.get("REDIS_URL") and "SIGNET_REDIS_PREFIX" not in (extra_env or {}):
         # Keys of their own: a bench before this one (a throttle at another quota, a
         # queue's leftovers) must not count here.
         env["SIGNET_REDIS_PREFIX"] = f"signet-bench-{os.path.basename(data)}"
-    elif "REDIS_URL" not in (extra_env or {}):
-        env.pop("REDIS_URL", None)
     if workers:
         env["WEB_CONCURRENCY"] = str(workers)
     if threads:

@@ -66,17 +66,32 @@ def test_a_connection_idle_past_the_bound_is_checked_once_per_request(wrapper):
     assert wrapper.checks == 1
 
 
-def test_a_request_that_met_an_error_leaves_the_next_one_checked(wrapper):
+def test_a_request_that_met_an_error_does_not_count_as_an_answer(wrapper):
     request(wrapper)
+    wrapper.answered_at -= base.RECENTLY_ANSWERED_SECONDS + 1  # that answer is old now
     wrapper.close_if_unusable_or_obsolete()
-    with pytest.raises(ProgrammingError), wrapper.cursor() as cursor:
+    with pytest.raises(ProgrammingError), wrapper.cursor() as cursor:  # checked: idle
         cursor.execute("SELECT * FROM no_such_table")
     assert wrapper.errors_occurred
     wrapper.close_if_unusable_or_obsolete()  # Django checks it at once, as before
-    assert wrapper.checks == 1
-    wrapper.answered_at -= base.RECENTLY_ANSWERED_SECONDS + 1
-    request(wrapper)
     assert wrapper.checks == 2
+    request(wrapper)  # the failed request answered nothing: checked again
+    assert wrapper.checks == 3
+
+
+def test_a_task_worker_that_closes_only_before_each_task_gets_an_idle_connection_checked(
+    wrapper,
+):
+    """django-q2 calls close_old_connections before each task, never after: the time a
+    connection answered is when it was used, not when the next task began."""
+    wrapper.close_if_unusable_or_obsolete()
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    wrapper.used_at -= base.RECENTLY_ANSWERED_SECONDS + 1  # that task ran a while ago
+    wrapper.close_if_unusable_or_obsolete()  # the next task begins
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    assert wrapper.checks == 1
 
 
 def test_a_broken_idle_connection_is_replaced_before_the_query(wrapper):

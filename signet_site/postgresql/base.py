@@ -3,8 +3,9 @@
 With ``CONN_HEALTH_CHECKS`` Django sends ``SELECT 1`` before the first query of every
 request that reuses a connection: on the hook path that is one round trip in three,
 measured at 140-180 us of wall time and 80-100 us of the worker's CPU each (a whole
-UserPromptSubmit on PostgreSQL + Redis takes 1.5-2 ms of CPU). Here a connection that served
-a request without an error in the last ``RECENTLY_ANSWERED_SECONDS`` is reused unchecked.
+UserPromptSubmit on PostgreSQL + Redis takes 1.5-2 ms of CPU). Here a connection last used,
+by a request or task that met no error, less than ``RECENTLY_ANSWERED_SECONDS`` ago is
+reused unchecked.
 If it broke since, the request's query fails (503 to the API, which the hook client keeps
 and replays), Django closes the connection at the end of that request, and the next one
 connects afresh. A connection idle for longer, which is what a database restart or a
@@ -21,26 +22,30 @@ RECENTLY_ANSWERED_SECONDS = 1.0
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    # monotonic time at which this connection last finished a request without an error
+    # monotonic time of the last use of this connection in a request (or task) that ended
+    # without an error
     answered_at: float = float("-inf")
-    # whether a query ran since the last request boundary
-    used: bool = False
+    # monotonic time of its last use since the last request boundary, None when unused
+    used_at: float | None = None
     health_check_done: bool  # Django's: the check of this request is settled
 
     def close_if_unusable_or_obsolete(self) -> None:
-        # Called as each request starts and as it ends: one that used the connection and
-        # met no error counts as an answer.
-        answered = self.connection is not None and self.used and not self.errors_occurred
-        self.used = False
+        # Django calls this at request boundaries: as each request starts and ends, while
+        # django-q2 calls it only before each task. Either way, what was used since the last
+        # call without an error answered at the time it was used, not now.
+        used_at, self.used_at = self.used_at, None
+        answered = self.connection is not None and used_at is not None
+        answered = answered and not self.errors_occurred
         super().close_if_unusable_or_obsolete()
-        if answered and self.connection is not None:
-            self.answered_at = time.monotonic()
+        if answered and used_at is not None and self.connection is not None:
+            self.answered_at = used_at
 
     def close_if_health_check_failed(self) -> None:
         # Runs before each cursor is made: the connection is about to be used.
-        recent = time.monotonic() - self.answered_at < RECENTLY_ANSWERED_SECONDS
+        now = time.monotonic()
+        recent = now - self.answered_at < RECENTLY_ANSWERED_SECONDS
         if self.connection is not None and not self.health_check_done and recent:
             self.health_check_done = True
         else:
             super().close_if_health_check_failed()
-        self.used = True
+        self.used_at = now
