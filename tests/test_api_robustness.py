@@ -248,6 +248,30 @@ def test_a_chunked_body_is_not_read_without_a_valid_token(client, authorization)
     assert not Session.objects.exists()
 
 
+def test_a_chunked_body_while_the_database_is_away_answers_503_unread(
+    client, monkeypatch: pytest.MonkeyPatch
+):
+    """The token is looked up before the view runs: a database that cannot answer gets the
+    API's 503 there too (the hook client keeps the event), not a 500."""
+
+    def database_away(**kwargs: Any) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("checkpoints.api.middleware.token_authenticate", database_away)
+    body = json.dumps(payload("user_prompt_submit", session_id="away")).encode()
+    stream = _CountingInput(body)
+    response = client.generic(
+        "POST", HOOK_URL, body, content_type="application/json",
+        HTTP_TRANSFER_ENCODING="chunked", CONTENT_LENGTH="",
+        HTTP_AUTHORIZATION="Bearer sig_whatever",
+        **{"wsgi.input": stream, "wsgi.input_terminated": True},
+    )  # fmt: skip
+    assert response.status_code == 503
+    assert _error_of(response)["error"] == "unavailable"
+    assert response["Retry-After"]
+    assert stream.taken == 0
+
+
 @pytest.mark.parametrize("path", [HOOK_URL, "/api/checkpoints/"])
 def test_a_chunked_body_over_the_limit_answers_413_unread(client_for, owner, settings, path):
     settings.SIGNET_MAX_BODY_BYTES = 10_000

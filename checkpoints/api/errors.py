@@ -43,6 +43,13 @@ def error_response(code: str, detail: str, status: int) -> JsonResponse:
     return JsonResponse({"error": code, "detail": detail}, status=status)
 
 
+def unavailable_response() -> JsonResponse:
+    """503 for a database that cannot be used now, outside a DRF view (a middleware)."""
+    response = error_response("unavailable", "The database is unavailable; retry later.", 503)
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER)
+    return response
+
+
 def too_large_detail() -> str:
     return f"The body is over {settings.SIGNET_MAX_BODY_BYTES} bytes."
 
@@ -84,7 +91,8 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return error_response("server_error", "An unexpected error occurred; it has been logged.", 500)
 
 
-def _database_unavailable(exc: Exception) -> bool:
+def database_unavailable(exc: Exception) -> bool:
+    """Whether ``exc`` says the database cannot be used now (down, unreachable, read-only)."""
     if isinstance(exc, (OperationalError, InterfaceError)):
         return True
     cause = exc.__cause__
@@ -99,7 +107,7 @@ def _unexpected(exc: Exception, context: dict[str, Any]) -> Response:
     set_rollback()
     view = context.get("view")
     where = type(view).__name__ if view is not None else "the API"
-    if _database_unavailable(exc):
+    if database_unavailable(exc):
         logger.warning("Database unavailable in %s: %s", where, exc)
         return Response(
             {"error": "unavailable", "detail": "The database is unavailable; retry later."},

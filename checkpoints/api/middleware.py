@@ -14,9 +14,15 @@ from collections.abc import Callable
 from typing import IO
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
-from checkpoints.api.errors import error_response, too_large_detail
+from checkpoints.api.errors import (
+    database_unavailable,
+    error_response,
+    too_large_detail,
+    unavailable_response,
+)
 from checkpoints.services.tokens import token_authenticate
 
 _READ_STEP = 64 * 1024
@@ -57,7 +63,13 @@ class ChunkedBodyMiddleware:
                 "This server cannot read a body without a length: send Content-Length.",
                 411,
             )
-        if not _has_valid_token(request):
+        try:
+            allowed = _has_valid_token(request)
+        except DatabaseError as exc:
+            if not database_unavailable(exc):
+                raise
+            return unavailable_response()  # as a view answers it, not a 500
+        if not allowed:
             # Read before the view authenticates, a body without a length could hold a
             # request thread for as long as its sender likes: only a token holder gets that.
             return error_response(
