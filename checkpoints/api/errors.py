@@ -43,11 +43,14 @@ def error_response(code: str, detail: str, status: int) -> JsonResponse:
     return JsonResponse({"error": code, "detail": detail}, status=status)
 
 
+# The answer while the database cannot be used, in a view (``_unexpected``) or outside one.
+_UNAVAILABLE = {"error": "unavailable", "detail": "The database is unavailable; retry later."}
+_UNAVAILABLE_HEADERS = {"Retry-After": str(DATABASE_RETRY_AFTER)}
+
+
 def unavailable_response() -> JsonResponse:
     """503 for a database that cannot be used now, outside a DRF view (a middleware)."""
-    response = error_response("unavailable", "The database is unavailable; retry later.", 503)
-    response["Retry-After"] = str(DATABASE_RETRY_AFTER)
-    return response
+    return JsonResponse(_UNAVAILABLE, status=503, headers=_UNAVAILABLE_HEADERS)
 
 
 def too_large_detail() -> str:
@@ -109,11 +112,7 @@ def _unexpected(exc: Exception, context: dict[str, Any]) -> Response:
     where = type(view).__name__ if view is not None else "the API"
     if database_unavailable(exc):
         logger.warning("Database unavailable in %s: %s", where, exc)
-        return Response(
-            {"error": "unavailable", "detail": "The database is unavailable; retry later."},
-            status=503,
-            headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
-        )
+        return Response(_UNAVAILABLE, status=503, headers=_UNAVAILABLE_HEADERS)
     logger.error("Unhandled error in %s", where, exc_info=exc)
     return Response(
         {"error": "server_error", "detail": "An unexpected error occurred; it has been logged."},

@@ -5,11 +5,10 @@ request that reuses a connection: on the hook path that is one round trip in thr
 measured at 140-180 us of wall time and 80-100 us of the worker's CPU each (a whole
 UserPromptSubmit on PostgreSQL + Redis takes 1.5-2 ms of CPU). Here a connection last used,
 by a request or task that met no error, less than ``RECENTLY_ANSWERED_SECONDS`` ago is
-reused unchecked.
-If it broke since, the request's query fails (503 to the API, which the hook client keeps
-and replays), Django closes the connection at the end of that request, and the next one
-connects afresh. A connection idle for longer, which is what a database restart or a
-dropped link leaves behind, is checked as before.
+reused unchecked. If it broke since, the request's query fails (503 to the API, which the
+hook client keeps and replays), Django closes the connection at the end of that request,
+and the next one connects afresh. A connection idle for longer, which is what a database
+restart or a dropped link leaves behind, is checked as before.
 """
 
 from __future__ import annotations
@@ -34,10 +33,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # django-q2 calls it only before each task. Either way, what was used since the last
         # call without an error answered at the time it was used, not now.
         used_at, self.used_at = self.used_at, None
-        answered = self.connection is not None and used_at is not None
-        answered = answered and not self.errors_occurred
+        failed = self.errors_occurred
         super().close_if_unusable_or_obsolete()
-        if answered and used_at is not None and self.connection is not None:
+        if used_at is not None and not failed and self.connection is not None:
             self.answered_at = used_at
 
     def close_if_health_check_failed(self) -> None:
