@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.utils import timezone
+from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
+from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.services.config import config_cache_clear
 from checkpoints.services.tokens import token_create
 from tests.factories import UserFactory
@@ -95,3 +98,43 @@ def client_for(make_token: Callable[..., str]) -> Callable[..., APIClient]:
         return client
 
     return _client
+
+
+# --- Throttling ---------------------------------------------------------------------------
+
+THROTTLE_WINDOW_START = 1_000_020.0  # the start of a one-minute window
+
+
+@pytest.fixture
+def throttle_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The throttle's clock, standing at a window's start: ``throttle_clock[0] += 60``."""
+    now = [THROTTLE_WINDOW_START]
+    monkeypatch.setattr(TokenScopeThrottle, "timer", lambda self: now[0])
+    return now
+
+
+@pytest.fixture
+def throttle_rates(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The throttle rates, to be changed for one test: ``throttle_rates["read"] = "3/min"``."""
+    changed = dict(api_settings.DEFAULT_THROTTLE_RATES)
+    monkeypatch.setattr(TokenScopeThrottle, "THROTTLE_RATES", changed)
+    return changed
+
+
+@pytest.fixture
+def read_only_database() -> Iterator[None]:
+    """The database refuses writes, as a standby or a read-only file does; reads work.
+
+    For a test outside a transaction: PostgreSQL's setting applies from the next one on.
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET default_transaction_read_only = on")
+        else:
+            cursor.execute("PRAGMA query_only = ON")
+    yield
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET default_transaction_read_only = off")
+        else:
+            cursor.execute("PRAGMA query_only = OFF")

@@ -8,11 +8,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 from django.core.cache import caches
-from django.db import connection
 from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
@@ -21,38 +19,23 @@ from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.models import ApiToken, ThrottleCounter
 from checkpoints.services.throttling import counter_increment, counters_delete_expired
 from checkpoints.services.tokens import token_revoke
+from tests.conftest import THROTTLE_WINDOW_START
 from tests.test_serve import free_port
 
 pytestmark = pytest.mark.django_db
 
 WHOAMI = "/api/whoami/"
 SCHEMA = "/api/schema/"
-WINDOW_START = 1_000_020.0  # the start of a one-minute window
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    now = [WINDOW_START]
-    monkeypatch.setattr(TokenScopeThrottle, "timer", lambda self: now[0])
-    return now
+def read_rate_3_per_minute(throttle_rates):
+    throttle_rates["read"] = "3/min"
 
 
 @pytest.fixture
-def rates(monkeypatch):
-    """The throttle rates, to be changed for one test: ``rates["read"] = "3/min"``."""
-    changed = dict(api_settings.DEFAULT_THROTTLE_RATES)
-    monkeypatch.setattr(TokenScopeThrottle, "THROTTLE_RATES", changed)
-    return changed
-
-
-@pytest.fixture
-def read_rate_3_per_minute(rates):
-    rates["read"] = "3/min"
-
-
-@pytest.fixture
-def anon_rate_3_per_minute(rates):
-    rates["anon"] = "3/min"
+def anon_rate_3_per_minute(throttle_rates):
+    throttle_rates["anon"] = "3/min"
 
 
 def bearer(raw: str) -> APIClient:
@@ -62,20 +45,20 @@ def bearer(raw: str) -> APIClient:
 
 
 @pytest.mark.usefixtures("read_rate_3_per_minute")
-def test_a_token_over_its_scope_rate_gets_429_with_retry_after(owner, make_token, clock):
+def test_a_token_over_its_scope_rate_gets_429_with_retry_after(owner, make_token, throttle_clock):
     client = bearer(make_token(owner, "read"))
     assert [client.get(WHOAMI).status_code for _ in range(3)] == [200, 200, 200]
-    clock[0] += 20
+    throttle_clock[0] += 20
     response = client.get(WHOAMI)
     assert response.status_code == 429
     assert response.json()["error"] == "throttled"
     assert int(response["Retry-After"]) == 40
-    clock[0] += 41
+    throttle_clock[0] += 41
     assert client.get(WHOAMI).status_code == 200
 
 
 @pytest.mark.usefixtures("read_rate_3_per_minute")
-def test_each_token_has_its_own_bucket(owner, teammate, make_token, clock):
+def test_each_token_has_its_own_bucket(owner, teammate, make_token, throttle_clock):
     first = bearer(make_token(owner, "read"))
     second = bearer(make_token(owner, "read"))
     other = bearer(make_token(teammate, "read"))
@@ -99,34 +82,34 @@ def test_default_rates_leave_ingest_generous():
 
 def test_a_counter_counts_each_request_once_per_window():
     counts = [
-        counter_increment(bucket="read:1", duration=60, now=WINDOW_START + n).total
+        counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START + n).total
         for n in range(5)
     ]
     assert counts == [1, 2, 3, 4, 5]
-    assert counter_increment(bucket="read:2", duration=60, now=WINDOW_START).total == 1
-    following = counter_increment(bucket="read:1", duration=60, now=WINDOW_START + 60)
-    assert following == (1, int(WINDOW_START) + 120)
+    assert counter_increment(bucket="read:2", duration=60, now=THROTTLE_WINDOW_START).total == 1
+    following = counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START + 60)
+    assert following == (1, int(THROTTLE_WINDOW_START) + 120)
     assert ThrottleCounter.objects.count() == 3
 
 
 def test_a_long_bucket_is_counted_under_its_hash():
     bucket = "anon:" + "9" * 400
-    assert counter_increment(bucket=bucket, duration=60, now=WINDOW_START).total == 1
-    assert counter_increment(bucket=bucket, duration=60, now=WINDOW_START).total == 2
+    assert counter_increment(bucket=bucket, duration=60, now=THROTTLE_WINDOW_START).total == 1
+    assert counter_increment(bucket=bucket, duration=60, now=THROTTLE_WINDOW_START).total == 2
     stored = ThrottleCounter.objects.get()
     assert stored.bucket.startswith("sha256:")
 
 
 def test_the_minute_sweep_deletes_the_counters_of_closed_windows():
-    counter_increment(bucket="read:1", duration=60, now=WINDOW_START)
-    counter_increment(bucket="read:1", duration=60, now=WINDOW_START + 60)
-    counter_increment(bucket="write:1", duration=3600, now=WINDOW_START)
-    assert counters_delete_expired(now=WINDOW_START + 60) == 1
+    counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START)
+    counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START + 60)
+    counter_increment(bucket="write:1", duration=3600, now=THROTTLE_WINDOW_START)
+    assert counters_delete_expired(now=THROTTLE_WINDOW_START + 60) == 1
     assert sorted(ThrottleCounter.objects.values_list("bucket", "window_end")) == [
-        ("read:1", int(WINDOW_START) + 120),
+        ("read:1", int(THROTTLE_WINDOW_START) + 120),
         ("write:1", 1_000_800),
     ]
-    counters_delete_expired(now=WINDOW_START + 10_000)
+    counters_delete_expired(now=THROTTLE_WINDOW_START + 10_000)
     assert not ThrottleCounter.objects.exists()
     counter_increment(bucket="read:1", duration=60, now=0)  # a window closed long ago
     assert tasks.checkpoints_sweep_task() == 0
@@ -134,25 +117,6 @@ def test_the_minute_sweep_deletes_the_counters_of_closed_windows():
 
 
 # --- When the counter cannot count -------------------------------------------------------
-
-
-@pytest.fixture
-def read_only_database() -> Iterator[None]:
-    """The database refuses writes, as a standby or a read-only file does; reads work.
-
-    For a test outside a transaction: PostgreSQL's setting applies from the next one on.
-    """
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET default_transaction_read_only = on")
-        else:
-            cursor.execute("PRAGMA query_only = ON")
-    yield
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET default_transaction_read_only = off")
-        else:
-            cursor.execute("PRAGMA query_only = OFF")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -193,7 +157,7 @@ def test_an_unreachable_redis_refuses_requests(owner, make_token, settings):
 
 
 @pytest.mark.usefixtures("anon_rate_3_per_minute")
-def test_a_rotating_x_forwarded_for_is_still_one_client(clock):
+def test_a_rotating_x_forwarded_for_is_still_one_client(throttle_clock):
     client = APIClient()
     statuses = [
         client.get(SCHEMA, HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code for n in range(5)
@@ -202,7 +166,7 @@ def test_a_rotating_x_forwarded_for_is_still_one_client(clock):
 
 
 @pytest.mark.usefixtures("anon_rate_3_per_minute")
-def test_trusted_proxies_take_the_address_that_many_hops_from_the_right(clock, settings):
+def test_trusted_proxies_take_the_address_that_many_hops_from_the_right(throttle_clock, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
     client = APIClient()
 
@@ -221,7 +185,7 @@ def test_trusted_proxies_take_the_address_that_many_hops_from_the_right(clock, s
     ["Bearer sig_wrong", "Bearer", "Bearer a b", "Bearer caf\u00e9"],
     ids=["unknown", "malformed", "three-parts", "not-ascii"],
 )
-def test_refused_tokens_are_throttled_per_address(authorization, clock):
+def test_refused_tokens_are_throttled_per_address(authorization, throttle_clock):
     def attempt(address: str = "192.0.2.1") -> int:
         client = APIClient(REMOTE_ADDR=address)
         return client.get(WHOAMI, HTTP_AUTHORIZATION=authorization).status_code
@@ -229,13 +193,13 @@ def test_refused_tokens_are_throttled_per_address(authorization, clock):
     statuses = [attempt() for _ in range(5)]
     assert statuses == [401, 401, 401, 429, 429]
     assert attempt("192.0.2.2") == 401  # another client has its own count
-    clock[0] += 60
+    throttle_clock[0] += 60
     assert attempt() == 401
 
 
 @pytest.mark.usefixtures("anon_rate_3_per_minute")
 def test_a_revoked_token_is_throttled_but_a_valid_one_from_the_address_is_not(
-    owner, make_token, clock
+    owner, make_token, throttle_clock
 ):
     raw = make_token(owner, "read")
     token_revoke(token=ApiToken.objects.get())
@@ -253,12 +217,13 @@ def test_a_revoked_token_is_throttled_but_a_valid_one_from_the_address_is_not(
 @pytest.mark.slow
 def test_redis_counts_and_expires_the_window(redis_cache):
     counts = [
-        counter_increment(bucket="read:1", duration=60, now=WINDOW_START).total for _ in range(3)
+        counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START).total
+        for _ in range(3)
     ]
     assert counts == [1, 2, 3]
     assert not ThrottleCounter.objects.exists()
     cache = caches["default"]
-    key = cache.make_key(f"throttle:read:1:{int(WINDOW_START) + 60}")
+    key = cache.make_key(f"throttle:read:1:{int(THROTTLE_WINDOW_START) + 60}")
     client = cache._cache.get_client(key)
     assert int(client.get(key)) == 3
     assert 0 < client.ttl(key) <= 62

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NoReturn
 
 from django.contrib.auth.models import AbstractBaseUser
-from rest_framework import exceptions
+from django.http import HttpRequest
+from rest_framework import HTTP_HEADER_ENCODING, exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -17,6 +18,22 @@ from checkpoints.services.tokens import token_authenticate
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through api_settings
     from rest_framework.views import APIView
+
+
+def bearer_token(request: HttpRequest) -> ApiToken | None:
+    """The valid token a well-formed ``Authorization: Bearer <token>`` header names, else None.
+
+    The checks ``BearerTokenAuthentication`` makes, without its refusals: a caller that gets
+    None hands the request to DRF, which refuses it (and counts the refusal) the usual way.
+    """
+    try:  # as DRF's get_authorization_header reads it
+        parts = request.META.get("HTTP_AUTHORIZATION", "").encode(HTTP_HEADER_ENCODING).split()
+        if len(parts) != 2 or parts[0].lower() != BearerTokenAuthentication.keyword:
+            return None
+        raw = parts[1].decode("ascii")
+    except UnicodeError:
+        return None
+    return token_authenticate(raw=raw)
 
 
 class BearerTokenAuthentication(BaseAuthentication):

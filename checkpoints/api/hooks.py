@@ -9,20 +9,22 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.http.request import RawPostDataException
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.exceptions import ParseError
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from checkpoints.api.auth import BearerTokenAuthentication, HasTokenScope, bearer_token
 from checkpoints.api.errors import error_response, too_large_detail
 from checkpoints.api.parsers import json_load
 from checkpoints.api.schema import errors
+from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.harnesses import ADAPTERS, adapter_for
 from checkpoints.harnesses.base import PayloadError
 from checkpoints.services.engine import event_handle
@@ -30,6 +32,7 @@ from checkpoints.services.engine import event_handle
 logger = logging.getLogger(__name__)
 
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_RENDERER = JSONRenderer()  # a hook's answer is rendered as DRF would render it
 
 
 class JsonAnswer(BaseContentNegotiation):
@@ -47,11 +50,41 @@ class JsonAnswer(BaseContentNegotiation):
 
 
 class HookIngestApi(APIView):
-    """Hook events from a harness (``ingest`` scope). Always fast, never a blocking reply."""
+    """Hook events from a harness (``ingest`` scope). Always fast, never a blocking reply.
+
+    A DRF view for its routes, schema and answers, but a hook post that DRF would admit
+    skips DRF's request wrapper and content negotiation: ``dispatch`` authenticates, checks
+    the scope and counts the throttle itself, as the three classes named here do, then
+    answers. Any other request (no token, a refused token, a missing scope, another method)
+    goes through DRF's own ``dispatch``, which refuses it as every API route does.
+    """
 
     required_scope = "ingest"
+    authentication_classes = [BearerTokenAuthentication]
+    permission_classes = [HasTokenScope]
+    throttle_classes = [TokenScopeThrottle]
     parser_classes: list[Any] = []  # the raw body is read and bounded here
     content_negotiation_class = JsonAnswer
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.method != "POST":
+            return super().dispatch(request, *args, **kwargs)
+        self.args = args
+        self.kwargs = kwargs
+        self.headers = self.default_response_headers
+        response: HttpResponseBase
+        try:
+            token = bearer_token(request)
+            if token is None or not token.has_scope(self.required_scope):
+                return super().dispatch(request, *args, **kwargs)  # refused there, and counted
+            throttle = TokenScopeThrottle()
+            if not throttle.count(scope=self.required_scope, ident=token.pk):
+                raise exceptions.Throttled(wait=throttle.wait())
+            response = self._ingest(request, owner=token.owner, **kwargs)
+        except Exception as exc:  # answered as DRF answers a view's error (errors.py)
+            response = self.handle_exception(exc)
+        # DRF's last step (its headers; an error's renderer) takes a Django request as well.
+        return self.finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
 
     @extend_schema(
         parameters=[
@@ -64,6 +97,16 @@ class HookIngestApi(APIView):
         description="The harness's raw hook payload; the reply is its native hook output.",
     )
     def post(self, request: Request, harness: str, event_name: str = "") -> HttpResponse:
+        # Reached through DRF's dispatch only when DRF authenticated the request some other
+        # way than a bearer header (a test client's forced authentication).
+        assert isinstance(request.user, User)
+        return self._ingest(
+            request._request, owner=request.user, harness=harness, event_name=event_name
+        )
+
+    def _ingest(
+        self, request: HttpRequest, *, owner: User, harness: str, event_name: str = ""
+    ) -> HttpResponse:
         adapter = adapter_for(harness)
         if adapter is None:
             return error_response("unknown_harness", f"No adapter for harness '{harness}'.", 404)
@@ -88,11 +131,12 @@ class HookIngestApi(APIView):
                 "Idempotency-Key must be 1-100 characters of letters, digits and _.:-",
                 status.HTTP_400_BAD_REQUEST,
             )
-        assert isinstance(request.user, User)  # a token authenticated this request
-        outcome = event_handle(owner=request.user, event=event, idempotency_key=key)
-        return Response(adapter.render(event, outcome))
+        outcome = event_handle(owner=owner, event=event, idempotency_key=key)
+        return HttpResponse(
+            _RENDERER.render(adapter.render(event, outcome)), content_type=_RENDERER.media_type
+        )
 
-    def _payload(self, request: Request) -> dict[str, Any] | HttpResponse:
+    def _payload(self, request: HttpRequest) -> dict[str, Any] | HttpResponse:
         limit = settings.SIGNET_MAX_BODY_BYTES
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
