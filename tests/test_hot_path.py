@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from checkpoints.models import Session
 from checkpoints.services.config import config_get
@@ -28,3 +30,22 @@ def test_user_prompt_submit_query_count(client_for, owner, django_assert_num_que
     assert statements == ["INSERT", "SELECT", "UPDATE"]
     assert response.status_code == 200
     assert Session.objects.get().prompt_count == 2
+
+
+def test_a_locked_event_writes_back_only_the_columns_it_changed(client_for, owner):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("user_prompt_submit", prompt="Refactor the parser"))
+    with CaptureQueriesContext(connection) as captured:
+        response = send(hook, payload("post_tool_use_write"))
+    assert response.status_code == 200
+    updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+    assigned = updates[0].split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    assert '"modified_files"' in assigned
+    assert '"last_activity_at"' in assigned
+    assert '"row_version"' in assigned  # raised, so an unlocked prompt that read before retries
+    assert '"recent_prompts"' not in assigned  # unchanged: not written back
+    session = Session.objects.get()
+    assert session.recent_prompts == ["Refactor the parser"]
+    assert session.modified_files == [payload("post_tool_use_write")["tool_input"]["file_path"]]

@@ -50,7 +50,14 @@ from checkpoints.services.pressure import (
     pressure_usage_record,
 )
 from checkpoints.services.recovery import injection_record, recovery_prepare
-from checkpoints.services.sessions import SessionSeed, session_lock, session_read, session_swap
+from checkpoints.services.sessions import (
+    SessionSeed,
+    session_lock,
+    session_read,
+    session_save_changed,
+    session_swap,
+    session_values,
+)
 from checkpoints.services.store import CheckpointContent, checkpoint_write, session_close
 
 logger = logging.getLogger(__name__)
@@ -139,12 +146,13 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
             # The hot path reads (and writes back) only these columns.
             fields=PROMPT_FIELDS if event.kind is EventKind.PROMPT else (),
         )
+        before = session_values(session)
         # Read the clock again once the row is ours: a mark another worker made while we
         # waited for the lock must not look like it lies in our future.
         if not replayed:
             now = max(now, timezone.now())
         step = _apply(session, event, config, now, content)
-        session.save()
+        session_save_changed(session=session, before=before)
         if step.newly_pending:
             transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
     return Outcome(context="" if replayed else step.context)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from checkpoints.models import ContinuityConfig, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
-from checkpoints.services.store import checkpoint_write
+from checkpoints.services.store import CHECKPOINT_BOOKKEEPING_FIELDS, checkpoint_write
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
         ):
             return False
         checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
-        session.save()
+        session.save(update_fields=CHECKPOINT_BOOKKEEPING_FIELDS)
     return True
 
 

@@ -237,3 +237,30 @@ def session_swap(*, read: SessionRead) -> bool:
             _swap_statement(alias, changed), [*values, session.pk, read.values["row_version"]]
         )
         return bool(cursor.rowcount == 1)
+
+
+# --- Locked writes: only what changed --------------------------------------------------------
+
+
+def session_values(session: Session) -> dict[str, Any]:
+    """The loaded column values of ``session`` (lists and dicts copied, one level deep), for
+    ``session_save_changed`` to tell which changed."""
+    loaded = session.__dict__
+    return {name: copy(loaded[name]) if isinstance(loaded[name], list | dict) else loaded[name]
+            for name in _CONCRETE_ATTNAMES if name in loaded}  # fmt: skip
+
+
+def session_save_changed(*, session: Session, before: dict[str, Any]) -> None:
+    """Save the locked ``session``'s columns that differ from ``before``, and any loaded since
+    (``session_values`` taken when it was locked): an event changes a few of its ~45
+    columns, and writing back the rest, its lists among them, is most of the UPDATE's cost.
+    """
+    loaded = session.__dict__
+    changed = [
+        name
+        for name in _CONCRETE_ATTNAMES
+        if name in loaded
+        and name not in _NEVER_SWAPPED
+        and (name not in before or loaded[name] != before[name])
+    ]
+    session.save(update_fields=changed)

@@ -126,6 +126,16 @@ def _carried(
         content.current_task = parent.current_task
 
 
+# The session's columns a checkpoint write changes: all its caller must save, when nothing
+# else changed the row.
+CHECKPOINT_BOOKKEEPING_FIELDS = (
+    "checkpoint_pending_since",
+    "changed_since_checkpoint",
+    "last_checkpoint_at",
+    "last_checkpoint_prompt",
+)
+
+
 def checkpoint_write(
     *,
     session: Session,
