@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from checkpoints.models import Session
-from checkpoints.services.config import config_get
+from checkpoints.models import Checkpoint, Session
+from checkpoints.services.config import config_cache_clear, config_get, config_save
 from tests.hookutil import payload, send
 
 pytestmark = pytest.mark.django_db
@@ -49,3 +49,27 @@ def test_a_locked_event_writes_back_only_the_columns_it_changed(client_for, owne
     session = Session.objects.get()
     assert session.recent_prompts == ["Refactor the parser"]
     assert session.modified_files == [payload("post_tool_use_write")["tool_input"]["file_path"]]
+
+
+def test_a_prompt_that_writes_its_due_checkpoint_reads_the_row_once(client_for, owner):
+    config = config_get()
+    config.prompt_interval = 2
+    config_save(config=config)
+    config_cache_clear()
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("user_prompt_submit", prompt="one"))
+    send(hook, payload("user_prompt_submit", prompt="two"))  # marks one (no debounce here)
+    config_get()
+    with CaptureQueriesContext(connection) as captured:
+        send(hook, payload("user_prompt_submit", prompt="three"))  # and this one writes it
+    statements = [
+        query["sql"] for query in captured.captured_queries if "SAVEPOINT" not in query["sql"]
+    ]
+    # The throttle; the unlocked read, which finds the checkpoint due; then the locked path:
+    # the whole row, the parent checkpoint, the new one, the cap, and the session's changes.
+    assert [sql.split()[0] for sql in statements] == [
+        "INSERT", "SELECT", "SELECT", "SELECT", "INSERT", "SELECT", "UPDATE",
+    ]  # fmt: skip
+    assert '"harness"' not in statements[-1].split(" WHERE ")[0]  # read, not changed
+    assert Checkpoint.objects.get().recent_prompts == ["one", "two"]  # written before "three"

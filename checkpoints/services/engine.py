@@ -62,7 +62,8 @@ from checkpoints.services.store import CheckpointContent, checkpoint_write, sess
 
 logger = logging.getLogger(__name__)
 
-# The columns a prompt reads or writes. A checkpoint write loads the rest when it needs it.
+# The columns a prompt reads or writes on the unlocked path. The locked path loads the whole
+# row: a prompt takes it when it needs more (a new session, a recovery, a due checkpoint).
 PROMPT_FIELDS = (
     "id",
     "owner_id",
@@ -143,8 +144,6 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
             session_key=event.session_key,
             seed=_session_seed(event),
             now=now,
-            # The hot path reads (and writes back) only these columns.
-            fields=PROMPT_FIELDS if event.kind is EventKind.PROMPT else (),
         )
         before = session_values(session)
         # Read the clock again once the row is ours: a mark another worker made while we

@@ -45,18 +45,13 @@ def session_lock(
     session_key: str,
     seed: SessionSeed,
     now: datetime,
-    fields: Sequence[str] = (),
 ) -> Session:
     """The owner's session ``session_key``, locked for this transaction; created on first sight.
 
-    ``fields`` narrows what is loaded of an existing row (the hot path reads few columns).
     Must run inside a transaction: the lock lasts until it commits.
     """
-    locked = Session.objects.select_for_update()
-    if fields:
-        locked = locked.only(*fields)
     try:
-        session = locked.get(owner=owner, session_key=session_key)
+        session = Session.objects.select_for_update().get(owner=owner, session_key=session_key)
     except Session.DoesNotExist:
         pass
     else:
