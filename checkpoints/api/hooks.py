@@ -124,7 +124,7 @@ class HookIngestApi(APIView):
             event = adapter.parse(payload_or_error, event_name=event_name)
         except PayloadError as exc:
             return error_response("invalid_payload", str(exc), status.HTTP_400_BAD_REQUEST)
-        key = request.headers.get("Idempotency-Key", "")
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY", "")  # request.headers builds them all
         if key and not _IDEMPOTENCY_KEY.match(key):
             return error_response(
                 "invalid_idempotency_key",
