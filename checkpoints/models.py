@@ -95,7 +95,7 @@ class Session(models.Model):
 
     compaction_count = models.PositiveIntegerField(default=0)
     # The current compaction cycle: PreCompact, SessionStart(compact) and PostCompact of one
-    # compaction, in whatever order they come (see ``engine._compaction_mark``).
+    # compaction, in whatever order they come (see ``engine.handlers._compaction_mark``).
     compaction_started_at = models.DateTimeField(null=True, blank=True)
     compaction_events = models.PositiveSmallIntegerField(default=0)
     compaction_recovered = models.BooleanField(default=False)

@@ -5,7 +5,7 @@ The client reports its context usage (``signet.usage``, sent by the Claude Code 
 at Stop); the percentage is taken against the window of the session's model. The next
 prompt past a pressure threshold carries a reminder, and each token-checkpoint threshold
 marks a periodic checkpoint pending, each once per compaction cycle: the cycle's masks are
-cleared when the next compaction opens (``engine._compaction_mark``).
+cleared when the next compaction opens (``engine.handlers._compaction_mark``).
 
 Everything here changes the locked session row in memory; the caller saves it. No query.
 """

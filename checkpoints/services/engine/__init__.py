@@ -1,0 +1,204 @@
+"""The continuity engine: one normalised ``Event`` in, session state and checkpoints updated,
+and an ``Outcome`` (the context to inject, if any) out. It knows no harness.
+
+All state is in the database, and counts and checkpoint decisions are exact with any number
+of workers and hosts. An event runs in one transaction holding the session row (``SELECT …
+FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers). The
+exception is the commonest event, a live prompt that needs nothing but its own row: it reads
+the row without a lock and writes it back in one UPDATE that applies only if the row is
+unchanged, else it tries again (``_prompt_unlocked``). Both paths run the same ``_apply``,
+which hands the event to its kind's handler (``handlers.py``: what each event does).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from functools import partial
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from checkpoints.harnesses.base import Event, EventKind, Outcome
+from checkpoints.models import ContinuityConfig, HookDelivery, Session
+from checkpoints.services.config import config_get
+from checkpoints.services.engine.handlers import HANDLERS, Step
+from checkpoints.services.events import event_prepare, facts_content
+from checkpoints.services.locks import write_serialized
+from checkpoints.services.pending import pending_due, pending_enqueue, pending_mark
+from checkpoints.services.pressure import pressure_usage_record
+from checkpoints.services.sessions import (
+    SessionSeed,
+    session_lock,
+    session_read,
+    session_save_changed,
+    session_swap,
+    session_values,
+)
+from checkpoints.services.store import CheckpointContent
+
+logger = logging.getLogger(__name__)
+
+# The columns a prompt reads or writes on the unlocked path. The locked path loads the whole
+# row: a prompt takes it when it needs more (a new session, a recovery, a due checkpoint).
+PROMPT_FIELDS = (
+    "id",
+    "owner_id",
+    "session_key",
+    "started_at",
+    "last_activity_at",
+    "prompt_count",
+    "recent_prompts",
+    "recent_queries",
+    "recent_remembers",
+    "last_checkpoint_at",
+    "last_checkpoint_prompt",
+    "checkpoint_pending_since",
+    "recovery_due",
+    "changed_since_checkpoint",
+    "git_branch",
+    "project_normalized",
+    "previous_session_id",
+    "ended_at",
+    "end_reason",
+    # Context pressure: the usage a prompt may carry, its reminder and token checkpoints.
+    "model",
+    "context_tokens",
+    "context_percent",
+    "context_window",
+    "pressure_reminders_sent",
+    "token_checkpoints_marked",
+    "pressure_reminder_level",
+    "pressure_reminder_prompt",
+    "pressure_agent_acted",
+    "pressure_reminder_count",
+    "row_version",
+)
+# Tries of the unlocked prompt path before it queues for the row lock instead.
+UNLOCKED_ATTEMPTS = 3
+
+
+def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Outcome:
+    """Apply ``event`` for ``owner``; return what to inject (already budgeted and redacted).
+
+    A repeated ``idempotency_key`` (a client's replay) changes nothing and injects nothing.
+    An event the client's outbox held (``event.queued_at``) is applied as of when it
+    happened: it counts and records its facts, but never injects, never reopens an ended
+    session, never moves the last activity back, and leaves the compaction cycle alone.
+    """
+    config = config_get()
+    if not config.enabled:
+        return Outcome()
+    # Redaction happens before the lock: writers queue on it.
+    event = event_prepare(event)
+    content = facts_content(event.transcript)
+    now = timezone.now()
+    replayed = event.queued_at is not None
+    if event.queued_at is not None:
+        now = min(now, event.queued_at)
+    if event.kind is EventKind.PROMPT and not idempotency_key and not replayed:
+        outcome = _prompt_unlocked(owner=owner, event=event, config=config)
+        if outcome is not None:
+            return outcome
+    with write_serialized(), transaction.atomic():
+        if idempotency_key and not _delivery_claim(owner=owner, key=idempotency_key, now=now):
+            return Outcome(duplicate=True)
+        session = session_lock(
+            owner=owner,
+            session_key=event.session_key,
+            seed=_session_seed(event),
+            now=now,
+        )
+        before = session_values(session)
+        # Read the clock again once the row is ours: a mark another worker made while we
+        # waited for the lock must not look like it lies in our future.
+        if not replayed:
+            now = max(now, timezone.now())
+        step = _apply(session, event, config, now, content)
+        session_save_changed(session=session, before=before)
+        if step.newly_pending:
+            transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
+    return Outcome(context="" if replayed else step.context)
+
+
+def _apply(
+    session: Session,
+    event: Event,
+    config: ContinuityConfig,
+    now: datetime,
+    content: CheckpointContent | None,
+) -> Step:
+    """Change ``session`` in memory for ``event`` (its handler, and what every event does);
+    the caller writes it."""
+    replayed = event.queued_at is not None
+    if (
+        session.end_reason == Session.END_REASON_IDLE
+        and event.kind is not EventKind.SESSION_END
+        and not replayed
+    ):
+        # The server ended it for silence, not the harness: the agent is back.
+        session.ended_at = None
+        session.end_reason = ""
+    # A late usage is stale: the context has moved on since it was counted.
+    usage_marked = (
+        event.usage is not None
+        and not replayed
+        and pressure_usage_record(session=session, usage=event.usage, config=config)
+        and pending_mark(session=session, now=now)
+    )
+    step = HANDLERS[event.kind](session, event, config, now, content)
+    step.newly_pending = step.newly_pending or usage_marked
+    session.last_activity_at = max(now, session.last_activity_at) if replayed else now
+    return step
+
+
+def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> Outcome | None:
+    """A live prompt the usual way: read the session row without a lock, apply the prompt in
+    memory, and write it back in one UPDATE that only applies if no one wrote the row
+    meanwhile (``session_swap``); if someone did, start over.
+
+    Nothing is held while Python works, and a prompt costs two statements. None when this
+    prompt needs more than its own row (the session is new, a pending checkpoint is past its
+    debounce, or recovery is owed) or lost the race ``UNLOCKED_ATTEMPTS`` times: the caller
+    then takes the locked path.
+    """
+    for _ in range(UNLOCKED_ATTEMPTS):
+        read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
+        if read is None or read.session.recovery_due:
+            return None
+        session = read.session
+        now = timezone.now()  # after the read: no mark on the row lies in our future
+        if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
+            return None
+        step = _apply(session, event, config, now, None)
+        if session_swap(read=read):
+            if step.newly_pending:
+                transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
+            return Outcome(context=step.context)
+    return None
+
+
+def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:
+    try:
+        with transaction.atomic():
+            HookDelivery.objects.create(owner=owner, key=key[:100], created_at=now)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _session_seed(event: Event) -> SessionSeed:
+    return SessionSeed(
+        harness=event.harness,
+        cwd=event.cwd,
+        client_project=event.client_project,
+        client_git_root=event.client_git_root,
+        previous_session_key=event.previous_session_key,
+        model=event.model,
+        git_branch=event.git_branch,
+        git_head=event.git_head,
+        transcript_path=event.transcript_path,
+        # A first prompt with no SessionStart before it carries the recovery context.
+        recovery_due=event.kind is EventKind.PROMPT,
+    )
