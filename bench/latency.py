@@ -160,7 +160,8 @@ def main() -> None:
         one_client(service.url, HOOK, service.token, prompts=100, sessions=8, prefix="warm")
         one_client(service.url, BARE, service.token, prompts=100, sessions=8, prefix="warm")
         bare = summary(one_client(service.url, BARE, service.token, **run, prefix="bare"))
-        alone = summary(one_client(service.url, HOOK, service.token, **run, prefix="agent"))
+        alone_each = one_client(service.url, HOOK, service.token, **run, prefix="agent")
+        alone = summary(alone_each)
         with Load(service.url, other, rate=args.load_rate, sessions=args.sessions) as load:
             beside = summary(one_client(service.url, HOOK, service.token, **run, prefix="agent"))
     stores = ("PostgreSQL" if args.database_url else "SQLite") + (
@@ -170,6 +171,12 @@ def main() -> None:
           f"{stores}, `make run` with its scheduler")  # fmt: skip
     print(line("bare Django JSON view", bare, args.prompts))
     print(line("UserPromptSubmit, alone", alone, args.prompts))
+    # Where the tail comes from (shown, not judged): a session's first prompt creates the
+    # session and looks for a checkpoint to recover from; the others update it.
+    first, later = alone_each[: args.sessions], alone_each[args.sessions :]
+    if later:
+        print(line("  of which each session's first", summary(first), len(first)))
+        print(line("  of which the later prompts", summary(later), len(later)))
     print(line("UserPromptSubmit, beside the load", beside, args.prompts))
     print(f"  the load: {load.sent} prompts of another token in {load.seconds:.1f} s "
           f"({load.sent / load.seconds:.1f} req/s, {load.refused} refused)")  # fmt: skip
