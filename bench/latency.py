@@ -7,7 +7,8 @@ default), with the default ingest quota (6,000/min per token). Then:
 1. **Alone.** One client sends ``--prompts`` UserPromptSubmits back to back, going round
    ``--sessions`` sessions in turn, each on a fresh connection as a harness's http hook
    does. Goal: p99 < 10 ms and the slowest < 50 ms. The bare JSON view, timed the same way
-   in the same run, is the floor.
+   in the same run, is the floor. Shown besides: each session's first prompt (it creates
+   the session and looks for a checkpoint to recover from) apart from the later ones.
 2. **Beside a load.** A second token sends prompts at ``--load-rate`` per second (inside its
    quota) from as many sessions, while the first client sends ``--prompts`` again. Goal: the
    first client's median is at most 2x its median alone.

@@ -1,4 +1,5 @@
-"""Personas and clients shared by the suite.
+"""Personas and clients shared by the suite, and the throttle's clock, rates and a read-only
+database for the tests of refusals.
 
 Three people, as in every multi-tenant test: the ``owner`` whose data it is, a ``teammate``
 (another real user of the same service) and a ``stranger``; neither of the last two may see

@@ -132,3 +132,18 @@ def test_a_request_drf_authenticates_otherwise_is_still_served(owner, make_token
     assert response.status_code == 200
     assert response["Allow"] == "POST, OPTIONS"
     assert Session.objects.get(owner=owner).prompt_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_look_up_meeting_a_read_only_database_gets_503(
+    owner, make_token, settings, request
+):
+    settings.SIGNET_TOKEN_CACHE_SECONDS = 0  # each request asks the database for its token
+    client = hook_client(f"Bearer {make_token(owner, 'ingest')}")
+    ApiToken.objects.update(last_used_at=None)  # so the look-up writes the token's last use
+    request.getfixturevalue("read_only_database")
+    response = send(client, payload("user_prompt_submit"))
+    assert response.status_code == 503
+    assert response.json()["error"] == "unavailable"
+    assert response["Retry-After"] == "30"
+    assert not Session.objects.exists()

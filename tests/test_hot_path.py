@@ -1,4 +1,5 @@
-"""The UserPromptSubmit hot path's query count, pinned."""
+"""The hook hot path's statements, pinned: a prompt, a prompt that writes its due checkpoint,
+and what a locked event writes back."""
 
 from __future__ import annotations
 

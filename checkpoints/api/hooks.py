@@ -72,19 +72,25 @@ class HookIngestApi(APIView):
         self.args = args
         self.kwargs = kwargs
         self.headers = self.default_response_headers
-        response: HttpResponseBase
         try:
             token = bearer_token(request)
-            if token is None or not token.has_scope(self.required_scope):
-                return super().dispatch(request, *args, **kwargs)  # refused there, and counted
+        except Exception as exc:  # answered as DRF answers a view's error (errors.py)
+            return self._finalize(request, self.handle_exception(exc))
+        if token is None or not token.has_scope(self.required_scope):
+            return super().dispatch(request, *args, **kwargs)  # refused there, and counted
+        response: HttpResponseBase
+        try:
             throttle = TokenScopeThrottle()
             if not throttle.count(scope=self.required_scope, ident=token.pk):
                 raise exceptions.Throttled(wait=throttle.wait())
             response = self._ingest(request, owner=token.owner, **kwargs)
-        except Exception as exc:  # answered as DRF answers a view's error (errors.py)
+        except Exception as exc:
             response = self.handle_exception(exc)
+        return self._finalize(request, response)
+
+    def _finalize(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         # DRF's last step (its headers; an error's renderer) takes a Django request as well.
-        return self.finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
+        return self.finalize_response(request, response)  # type: ignore[arg-type]
 
     @extend_schema(
         parameters=[
@@ -97,8 +103,9 @@ class HookIngestApi(APIView):
         description="The harness's raw hook payload; the reply is its native hook output.",
     )
     def post(self, request: Request, harness: str, event_name: str = "") -> HttpResponse:
-        # Reached through DRF's dispatch only when DRF authenticated the request some other
-        # way than a bearer header (a test client's forced authentication).
+        # Reached through DRF's dispatch only when DRF admits a request ``dispatch`` did not:
+        # authenticated some other way than a bearer header (a test client's forced
+        # authentication), or a token that became valid between the two look-ups.
         assert isinstance(request.user, User)
         return self._ingest(
             request._request, owner=request.user, harness=harness, event_name=event_name

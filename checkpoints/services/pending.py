@@ -19,7 +19,8 @@ from django.utils import timezone
 from checkpoints.models import ContinuityConfig, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
-from checkpoints.services.store import CHECKPOINT_BOOKKEEPING_FIELDS, checkpoint_write
+from checkpoints.services.sessions import session_save_changed, session_values
+from checkpoints.services.store import checkpoint_write
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,9 @@ def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
             pending_since=session.checkpoint_pending_since, config=config, now=now
         ):
             return False
+        before = session_values(session)
         checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
-        session.save(update_fields=CHECKPOINT_BOOKKEEPING_FIELDS)
+        session_save_changed(session=session, before=before)
     return True
 
 

@@ -126,16 +126,6 @@ def _carried(
         content.current_task = parent.current_task
 
 
-# The session's columns a checkpoint write changes: all its caller must save, when nothing
-# else changed the row.
-CHECKPOINT_BOOKKEEPING_FIELDS = (
-    "checkpoint_pending_since",
-    "changed_since_checkpoint",
-    "last_checkpoint_at",
-    "last_checkpoint_prompt",
-)
-
-
 def checkpoint_write(
     *,
     session: Session,
@@ -152,7 +142,7 @@ def checkpoint_write(
     Every text is redacted here, whatever the caller did.
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
-    if session.get_deferred_fields():  # the hot path loaded only part of the row
+    if session.get_deferred_fields():  # a caller that loaded only part of the row
         session.refresh_from_db(fields=list(session.get_deferred_fields()))
     parent = (
         Checkpoint.objects.filter(session=session)
