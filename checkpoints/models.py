@@ -57,6 +57,9 @@ class Session(models.Model):
 
     # The end reason the idle-session close writes; any later event of the session reopens it.
     END_REASON_IDLE = "idle"
+    # Not a column: True on the instance ``sessions.session_lock`` has just created, until a
+    # checkpoint of it is written. Recovery then knows it has none of its own to look for.
+    created_now = False
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"

@@ -74,3 +74,18 @@ def test_a_prompt_that_writes_its_due_checkpoint_reads_the_row_once(client_for, 
     ]  # fmt: skip
     assert '"harness"' not in statements[-1].split(" WHERE ")[0]  # read, not changed
     assert Checkpoint.objects.get().recent_prompts == ["one", "two"]  # written before "three"
+
+
+def test_a_new_sessions_first_prompt_looks_for_no_checkpoint_of_its_own(client_for, owner):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("user_prompt_submit", session_id="earlier", prompt="Ship the export"))
+    send(hook, payload("pre_compact_manual", session_id="earlier"))  # something to recover
+    with CaptureQueriesContext(connection) as captured:
+        response = send(hook, payload("user_prompt_submit", session_id="new", prompt="go on"))
+    checkpoint_reads = [
+        query["sql"]
+        for query in captured.captured_queries
+        if query["sql"].startswith("SELECT") and 'FROM "checkpoints_checkpoint"' in query["sql"]
+    ]
+    assert len(checkpoint_reads) == 1  # the project's latest; the new session has none
+    assert "Ship the export" in response.json()["hookSpecificOutput"]["additionalContext"]

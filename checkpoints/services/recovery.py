@@ -63,12 +63,16 @@ def recovery_find(
     the same project within the recovery window. None when there is nothing to recover.
 
     For another session's checkpoint, its session's compaction summary comes in the same
-    query (a join on the session's primary key), so recovery costs no extra query.
+    query (a join on the session's primary key), so recovery costs no extra query. A session
+    created by this very event (``Session.created_now``) has no checkpoint of its own to look
+    for.
     """
     # Newest first; two checkpoints of one instant (a frozen clock, a coarse one) go by their
     # time-ordered ids, the later written first.
     own = (
-        Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key)
+        None
+        if session.created_now
+        else Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key)
         .order_by(*NEWEST)
         .first()
     )

@@ -70,7 +70,7 @@ def session_lock(
         ).first()
     try:
         with transaction.atomic():
-            return Session.objects.create(
+            created = Session.objects.create(
                 owner=owner,
                 session_key=session_key,
                 harness=seed.harness,
@@ -88,6 +88,8 @@ def session_lock(
             )
     except IntegrityError:  # another worker created it first
         return Session.objects.select_for_update().get(owner=owner, session_key=session_key)
+    created.created_now = True  # no checkpoint can belong to it yet
+    return created
 
 
 # --- Optimistic read and write-back ---------------------------------------------------------

@@ -190,6 +190,7 @@ def checkpoint_write(
         content.narrative or digest_render(session=session, checkpoint=checkpoint, now=now)
     )
     checkpoint.save(force_insert=True)
+    session.created_now = False  # it has a checkpoint now
     _enforce_cap(session=session, keep=config.max_checkpoints_per_session)
     if trigger != Trigger.PERIODIC:
         # A periodic checkpoint's slot was claimed when it was marked; any other checkpoint
