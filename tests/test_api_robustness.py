@@ -257,7 +257,7 @@ def test_a_chunked_body_while_the_database_is_away_answers_503_unread(
     def database_away(**kwargs: Any) -> None:
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr("checkpoints.api.middleware.token_authenticate", database_away)
+    monkeypatch.setattr("checkpoints.api.auth.token_authenticate", database_away)
     body = json.dumps(payload("user_prompt_submit", session_id="away")).encode()
     stream = _CountingInput(body)
     response = client.generic(

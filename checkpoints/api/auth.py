@@ -20,20 +20,32 @@ if TYPE_CHECKING:  # rest_framework.views imports this module through api_settin
     from rest_framework.views import APIView
 
 
+def _bearer_credential(header: bytes) -> tuple[str | None, str]:
+    """Read an ``Authorization`` header: ``(token, "")`` for a well-formed bearer token,
+    ``(None, "")`` for no bearer token at all, ``(None, why)`` for a malformed one."""
+    parts = header.split()
+    if not parts or parts[0].lower() != b"bearer":
+        return None, ""
+    if len(parts) != 2:
+        return None, "Malformed Authorization header."
+    try:
+        return parts[1].decode("ascii"), ""
+    except UnicodeDecodeError:
+        return None, "Invalid token."
+
+
 def bearer_token(request: HttpRequest) -> ApiToken | None:
     """The valid token a well-formed ``Authorization: Bearer <token>`` header names, else None.
 
     The checks ``BearerTokenAuthentication`` makes, without its refusals: a caller that gets
     None hands the request to DRF, which refuses it (and counts the refusal) the usual way.
     """
-    try:  # as DRF's get_authorization_header reads it
-        parts = request.META.get("HTTP_AUTHORIZATION", "").encode(HTTP_HEADER_ENCODING).split()
-        if len(parts) != 2 or parts[0].lower() != BearerTokenAuthentication.keyword:
-            return None
-        raw = parts[1].decode("ascii")
-    except UnicodeError:
+    try:  # the header as DRF's get_authorization_header reads it
+        header = request.META.get("HTTP_AUTHORIZATION", "").encode(HTTP_HEADER_ENCODING)
+    except UnicodeEncodeError:
         return None
-    return token_authenticate(raw=raw)
+    raw, _ = _bearer_credential(header)
+    return None if raw is None else token_authenticate(raw=raw)
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -43,18 +55,12 @@ class BearerTokenAuthentication(BaseAuthentication):
     not 401 (see ``token_failure_throttle``).
     """
 
-    keyword = b"bearer"
-
     def authenticate(self, request: Request) -> tuple[AbstractBaseUser, ApiToken] | None:
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != self.keyword:
+        raw, malformed = _bearer_credential(get_authorization_header(request))
+        if malformed:
+            self._refuse(request, malformed)
+        if raw is None:
             return None
-        if len(parts) != 2:
-            self._refuse(request, "Malformed Authorization header.")
-        try:
-            raw = parts[1].decode("ascii")
-        except UnicodeDecodeError:
-            self._refuse(request, "Invalid token.")
         token = token_authenticate(raw=raw)
         if token is None:
             self._refuse(request, "Invalid or revoked token.")

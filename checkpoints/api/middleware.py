@@ -17,13 +17,13 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
+from checkpoints.api.auth import bearer_token
 from checkpoints.api.errors import (
     database_unavailable,
     error_response,
     too_large_detail,
     unavailable_response,
 )
-from checkpoints.services.tokens import token_authenticate
 
 _READ_STEP = 64 * 1024
 
@@ -40,11 +40,6 @@ def _read_to_end(stream: IO[bytes], limit: int) -> bytes | None:
         size += len(part)
         if size > limit:
             return None
-
-
-def _has_valid_token(request: HttpRequest) -> bool:
-    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    return scheme.lower() == "bearer" and token_authenticate(raw=raw.strip()) is not None
 
 
 class ChunkedBodyMiddleware:
@@ -64,7 +59,7 @@ class ChunkedBodyMiddleware:
                 411,
             )
         try:
-            allowed = _has_valid_token(request)
+            allowed = bearer_token(request) is not None
         except DatabaseError as exc:
             if not database_unavailable(exc):
                 raise

@@ -204,11 +204,8 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
         row_values[position] = value
     session = Session.from_db(alias, _CONCRETE_ATTNAMES, row_values)
     session.owner = owner  # already loaded: spares a query wherever it is used
-    # The session's lists are the caller's to change: compare against copies. (Shallow: the
-    # engine replaces the items of a list, it does not change them in place.)
-    read = {name: copy(value) if isinstance(value, list | dict) else value
-            for name, value in values.items()}  # fmt: skip
-    return SessionRead(session=session, values=read)
+    # The session's lists are the caller's to change: compare against copies.
+    return SessionRead(session=session, values=_copied(values))
 
 
 def session_swap(*, read: SessionRead) -> bool:
@@ -239,12 +236,18 @@ def session_swap(*, read: SessionRead) -> bool:
 # --- Locked writes: only what changed --------------------------------------------------------
 
 
+def _copied(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with their lists and dicts copied, to compare the session against later.
+    (Shallow: the engine replaces the items of a list, it does not change them in place.)"""
+    return {name: copy(value) if isinstance(value, list | dict) else value
+            for name, value in values.items()}  # fmt: skip
+
+
 def session_values(session: Session) -> dict[str, Any]:
-    """The loaded column values of ``session`` (lists and dicts copied, one level deep), for
-    ``session_save_changed`` to tell which changed."""
+    """The loaded column values of ``session``, copied, for ``session_save_changed`` to tell
+    which changed."""
     loaded = session.__dict__
-    return {name: copy(loaded[name]) if isinstance(loaded[name], list | dict) else loaded[name]
-            for name in _CONCRETE_ATTNAMES if name in loaded}  # fmt: skip
+    return _copied({name: loaded[name] for name in _CONCRETE_ATTNAMES if name in loaded})
 
 
 def session_save_changed(*, session: Session, before: dict[str, Any]) -> None:

@@ -142,8 +142,6 @@ def checkpoint_write(
     Every text is redacted here, whatever the caller did.
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
-    if session.get_deferred_fields():  # a caller that loaded only part of the row
-        session.refresh_from_db(fields=list(session.get_deferred_fields()))
     parent = (
         Checkpoint.objects.filter(session=session)
         .order_by("-created_at", "-id")
