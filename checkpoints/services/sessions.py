@@ -19,6 +19,7 @@ from django.db.models import DEFERRED, Field
 from checkpoints.models import Session
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.projects import project_identify
+from checkpoints.services.statements import Statement, statement_build, statement_run
 
 
 @dataclass(frozen=True)
@@ -137,12 +138,15 @@ def _column(field: Field[Any, Any]) -> str:
 
 
 @cache
-def _read_statement(alias: str, names: tuple[str, ...]) -> str:
+def _read_statement(alias: str, names: tuple[str, ...]) -> Statement:
     quote = connections[alias].ops.quote_name
     columns = ", ".join(quote(_column(field)) for field in _fields(names))
-    return (
-        f"SELECT {columns} FROM {quote(Session._meta.db_table)} "  # noqa: S608
-        f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s"
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"SELECT {columns} FROM {quote(Session._meta.db_table)} "  # noqa: S608
+            f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s"
+        ),
     )
 
 
@@ -168,14 +172,17 @@ def _converters(connection: BaseDatabaseWrapper, names: tuple[str, ...]) -> tupl
 
 
 @cache
-def _swap_statement(alias: str, fields: tuple[Field[Any, Any], ...]) -> str:
+def _swap_statement(alias: str, fields: tuple[Field[Any, Any], ...]) -> Statement:
     quote = connections[alias].ops.quote_name
     version = quote("row_version")
     assignments = [f"{quote(_column(field))} = %s" for field in fields]
     assignments.append(f"{version} = {version} + 1")
-    return (
-        f"UPDATE {quote(Session._meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
-        f"WHERE {quote('id')} = %s AND {version} = %s"
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"UPDATE {quote(Session._meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
+            f"WHERE {quote('id')} = %s AND {version} = %s"
+        ),
     )
 
 
@@ -185,11 +192,10 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     alias = router.db_for_read(Session) or "default"
     names = tuple(fields)
     connection = connections[alias]
-    with connection.cursor() as cursor:
-        cursor.execute(_read_statement(alias, names), [owner.pk, session_key])
-        row = cursor.fetchone()
-    if row is None:
+    rows = statement_run(statement=_read_statement(alias, names), params=[owner.pk, session_key])
+    if not rows.rows:
         return None
+    row = rows.rows[0]
     values: dict[str, Any] = {}
     converters = _converters(connection, names)
     # Every column's place, the unread ones DEFERRED: given the full row, ``from_db`` skips
@@ -226,11 +232,12 @@ def session_swap(*, read: SessionRead) -> bool:
     values = [field.get_db_prep_save(getattr(session, field.attname), connection)
               for field in changed]  # fmt: skip
     # On SQLite, the one statement queues on the writers' lock like every other write.
-    with write_serialized(), connection.cursor() as cursor:
-        cursor.execute(
-            _swap_statement(alias, changed), [*values, session.pk, read.values["row_version"]]
+    with write_serialized():
+        outcome = statement_run(
+            statement=_swap_statement(alias, changed),
+            params=[*values, session.pk, read.values["row_version"]],
         )
-        return bool(cursor.rowcount == 1)
+    return outcome.rowcount == 1
 
 
 # --- Locked writes: only what changed --------------------------------------------------------

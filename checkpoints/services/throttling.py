@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from checkpoints.models import ThrottleCounter
 from checkpoints.services.locks import write_serialized
+from checkpoints.services.statements import Statement, statement_build, statement_run
 
 REDIS_KEY_FORMAT = "throttle:%(bucket)s:%(window_end)d"
 _BUCKET_MAX = ThrottleCounter._meta.get_field("bucket").max_length or 150
@@ -69,30 +70,29 @@ def counters_delete_expired(*, now: float | None = None) -> int:
 
 
 @cache
-def _upsert_statement(alias: str) -> str:
+def _upsert_statement(alias: str) -> Statement:
     quote = connections[alias].ops.quote_name
     table = quote(ThrottleCounter._meta.db_table)
     count = quote("count")
-    return (
-        f"INSERT INTO {table} ({quote('bucket')}, {quote('window_end')}, {count}) "  # noqa: S608
-        f"VALUES (%s, %s, 1) "
-        f"ON CONFLICT ({quote('bucket')}, {quote('window_end')}) "
-        f"DO UPDATE SET {count} = {table}.{count} + 1 "
-        f"RETURNING {count}"
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"INSERT INTO {table} ({quote('bucket')}, {quote('window_end')}, {count}) "  # noqa: S608
+            f"VALUES (%s, %s, 1) "
+            f"ON CONFLICT ({quote('bucket')}, {quote('window_end')}) "
+            f"DO UPDATE SET {count} = {table}.{count} + 1 "
+            f"RETURNING {count}"
+        ),
     )
 
 
 def _database_increment(*, bucket: str, window_end: int) -> int:
     alias = router.db_for_write(ThrottleCounter) or "default"
-    connection = connections[alias]
     # A write like the engine's: on SQLite it queues on the writers' lock rather than in
     # SQLite's sleeping busy handler, which would hold the request up to 100 ms a poll.
-    with write_serialized(), connection.cursor() as cursor:
-        cursor.execute(_upsert_statement(alias), [bucket, window_end])
-        # fetchall, not fetchone: SQLite ends (and commits) the statement only once stepped
-        # past its last row.
-        rows = cursor.fetchall()
-    return int(rows[0][0])
+    with write_serialized():
+        outcome = statement_run(statement=_upsert_statement(alias), params=[bucket, window_end])
+    return int(outcome.rows[0][0])
 
 
 def _redis_increment(cache: RedisCache, *, bucket: str, window_end: int, now: float) -> int:
