@@ -76,16 +76,33 @@ def test_a_prompt_that_writes_its_due_checkpoint_reads_the_row_once(client_for, 
     assert Checkpoint.objects.get().recent_prompts == ["one", "two"]  # written before "three"
 
 
-def test_a_new_sessions_first_prompt_looks_for_no_checkpoint_of_its_own(client_for, owner):
+@pytest.mark.django_db(transaction=True)  # real transactions, not the test's savepoints
+def test_a_new_sessions_first_prompt_reads_outside_its_transactions(client_for, owner):
     hook = client_for(owner, "ingest")
     send(hook, payload("user_prompt_submit", session_id="earlier", prompt="Ship the export"))
     send(hook, payload("pre_compact_manual", session_id="earlier"))  # something to recover
     with CaptureQueriesContext(connection) as captured:
         response = send(hook, payload("user_prompt_submit", session_id="new", prompt="go on"))
-    checkpoint_reads = [
-        query["sql"]
-        for query in captured.captured_queries
-        if query["sql"].startswith("SELECT") and 'FROM "checkpoints_checkpoint"' in query["sql"]
-    ]
-    assert len(checkpoint_reads) == 1  # the project's latest; the new session has none
     assert "Ship the export" in response.json()["hookSpecificOutput"]["additionalContext"]
+    # The project, the recovery's checkpoints: looked up with no write lock held. Each of
+    # the two transactions writes only: the new row; then the prompt with the audit of the
+    # context it injected, which is kept if and only if the prompt is.
+    transactions: list[list[str]] = []
+    current: list[str] | None = None
+    for query in captured.captured_queries:
+        verb = query["sql"].split()[0].upper()
+        if verb == "BEGIN":
+            current = []
+        elif verb == "COMMIT":
+            assert current is not None
+            transactions.append(current)
+            current = None
+        elif current is not None:
+            current.append(verb + " " + query["sql"].split('"')[1])
+    assert transactions == [
+        ["INSERT checkpoints_session"],
+        ["UPDATE checkpoints_session", "INSERT checkpoints_injection"],
+    ]
+    session = Session.objects.get(session_key="new")
+    assert (session.prompt_count, session.recovery_due, session.row_version) == (1, False, 1)
+    assert session.injections.get().source == "prompt"

@@ -471,11 +471,12 @@ def recovery_prepare(
     return match, context
 
 
-def injection_record(
+def injection_build(
     *, session: Session, context: RecoveryContext, match: RecoveryMatch, source: str, now: datetime
 ) -> Injection:
-    """Keep the audit of what was injected into ``session``."""
-    return Injection.objects.create(
+    """The audit of what is injected into ``session``, unsaved: the engine saves it in the
+    transaction that writes the session row, so it is kept if and only if the row is."""
+    return Injection(
         session=session,
         checkpoint=match.checkpoint,
         source=source[:32],

@@ -58,6 +58,34 @@ def session_lock(
     else:
         session.owner = owner  # already loaded: spares a query wherever it is used
         return session
+    created = _session_new(owner=owner, session_key=session_key, seed=seed, now=now)
+    try:
+        with transaction.atomic():
+            created.save(force_insert=True)
+    except IntegrityError:  # another worker created it first
+        return Session.objects.select_for_update().get(owner=owner, session_key=session_key)
+    created.created_now = True  # no checkpoint can belong to it yet
+    return created
+
+
+def session_create(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> bool:
+    """Create the owner's session ``session_key`` in a transaction of its own, unless it
+    exists; True when this call created it.
+
+    Its project and predecessor are looked up first, outside the transaction, so on SQLite
+    the writers' lock is held for the INSERT alone (``engine._prompt_unlocked``).
+    """
+    created = _session_new(owner=owner, session_key=session_key, seed=seed, now=now)
+    try:
+        with write_serialized(), transaction.atomic():
+            created.save(force_insert=True)
+    except IntegrityError:  # another worker created it first
+        return False
+    return True
+
+
+def _session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> Session:
+    """An unsaved session row for ``seed``, its project identified."""
     identity = project_identify(
         owner=owner,
         cwd=seed.cwd,
@@ -69,28 +97,22 @@ def session_lock(
         previous = Session.objects.filter(
             owner=owner, session_key=seed.previous_session_key
         ).first()
-    try:
-        with transaction.atomic():
-            created = Session.objects.create(
-                owner=owner,
-                session_key=session_key,
-                harness=seed.harness,
-                project=identity.project,
-                project_normalized=identity.project_normalized,
-                git_root=identity.git_root,
-                previous_session=previous,
-                started_at=now,
-                last_activity_at=now,
-                model=seed.model[:128],
-                git_branch=seed.git_branch[:255],
-                git_head=seed.git_head[:64],
-                transcript_path=seed.transcript_path[:4096],
-                recovery_due=seed.recovery_due,
-            )
-    except IntegrityError:  # another worker created it first
-        return Session.objects.select_for_update().get(owner=owner, session_key=session_key)
-    created.created_now = True  # no checkpoint can belong to it yet
-    return created
+    return Session(
+        owner=owner,
+        session_key=session_key,
+        harness=seed.harness,
+        project=identity.project,
+        project_normalized=identity.project_normalized,
+        git_root=identity.git_root,
+        previous_session=previous,
+        started_at=now,
+        last_activity_at=now,
+        model=seed.model[:128],
+        git_branch=seed.git_branch[:255],
+        git_head=seed.git_head[:64],
+        transcript_path=seed.transcript_path[:4096],
+        recovery_due=seed.recovery_due,
+    )
 
 
 # --- Optimistic read and write-back ---------------------------------------------------------

@@ -4,10 +4,13 @@ and an ``Outcome`` (the context to inject, if any) out. It knows no harness.
 All state is in the database, and counts and checkpoint decisions are exact with any number
 of workers and hosts. An event runs in one transaction holding the session row (``SELECT …
 FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers). The
-exception is the commonest event, a live prompt that needs nothing but its own row: it reads
-the row without a lock and writes it back in one UPDATE that applies only if the row is
-unchanged, else it tries again (``_prompt_unlocked``). Both paths run the same ``_apply``,
-which hands the event to its kind's handler (``handlers.py``: what each event does).
+exception is the commonest event, a live prompt: it reads the row without a lock and writes
+it back in one UPDATE that applies only if the row is unchanged, else it tries again
+(``_prompt_unlocked``). A session's first prompt creates the row first, in an INSERT of its
+own, and a prompt owed a recovery context looks it up before its write; so on SQLite, where
+writers take turns, the turn holds no Python work and no reads. Both paths run the same
+``_apply``, which hands the event to its kind's handler (``handlers.py``: what each event
+does).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from checkpoints.services.locks import write_serialized
 from checkpoints.services.pending import pending_due, pending_enqueue, pending_mark
 from checkpoints.services.pressure import pressure_usage_record
 from checkpoints.services.sessions import (
+    SessionRead,
     SessionSeed,
+    session_create,
     session_lock,
     session_read,
     session_save_changed,
@@ -40,8 +45,8 @@ from checkpoints.services.store import CheckpointContent
 
 logger = logging.getLogger(__name__)
 
-# The columns a prompt reads or writes on the unlocked path. The locked path loads the whole
-# row: a prompt takes it when it needs more (a new session, a recovery, a due checkpoint).
+# The columns a prompt reads or writes on the unlocked path (a recovery's included). The
+# locked path loads the whole row: a prompt takes it when it writes a due checkpoint.
 PROMPT_FIELDS = (
     "id",
     "owner_id",
@@ -56,6 +61,7 @@ PROMPT_FIELDS = (
     "last_checkpoint_prompt",
     "checkpoint_pending_since",
     "recovery_due",
+    "compaction_recovered",
     "changed_since_checkpoint",
     "git_branch",
     "project_normalized",
@@ -117,6 +123,8 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
             now = max(now, timezone.now())
         step = _apply(session, event, config, now, content)
         session_save_changed(session=session, before=before)
+        if step.injection is not None:
+            step.injection.save(force_insert=True)
         if step.newly_pending:
             transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
     return Outcome(context="" if replayed else step.context)
@@ -158,25 +166,52 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     memory, and write it back in one UPDATE that only applies if no one wrote the row
     meanwhile (``session_swap``); if someone did, start over.
 
-    Nothing is held while Python works, and a prompt costs two statements. None when this
-    prompt needs more than its own row (the session is new, a pending checkpoint is past its
-    debounce, or recovery is owed) or lost the race ``UNLOCKED_ATTEMPTS`` times: the caller
-    then takes the locked path.
+    A session's first prompt creates the row first (``session_create``: an INSERT alone).
+    A recovery the prompt owes is looked up before the write, and its audit row is saved in
+    the write's transaction (``_swap``). Nothing is held while Python works, and a prompt
+    costs two statements. None when this prompt needs more than its own row (a pending
+    checkpoint is past its debounce) or lost the race ``UNLOCKED_ATTEMPTS`` times: the
+    caller then takes the locked path.
     """
-    for _ in range(UNLOCKED_ATTEMPTS):
-        read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
-        if read is None or read.session.recovery_due:
-            return None
+    read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
+    if read is None:
+        session_create(
+            owner=owner,
+            session_key=event.session_key,
+            seed=_session_seed(event),
+            now=timezone.now(),
+        )
+    for attempt in range(UNLOCKED_ATTEMPTS):
+        if read is None or attempt:
+            read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
+            if read is None:  # deleted as soon as created (an owner's purge): the locked path
+                return None
         session = read.session
         now = timezone.now()  # after the read: no mark on the row lies in our future
         if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
             return None
         step = _apply(session, event, config, now, None)
-        if session_swap(read=read):
+        if _swap(read, step):
             if step.newly_pending:
                 transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)
     return None
+
+
+def _swap(read: SessionRead, step: Step) -> bool:
+    """Write the prompt's row back (``session_swap``), with the audit of the recovery it
+    injects if any, in one transaction; True when written, False when the row changed since
+    it was read, or the recovered checkpoint has gone since (the prune): start over."""
+    if step.injection is None:
+        return session_swap(read=read)
+    try:
+        with write_serialized(), transaction.atomic():
+            if not session_swap(read=read):
+                return False
+            step.injection.save(force_insert=True)
+    except IntegrityError:
+        return False
+    return True
 
 
 def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:

@@ -2,8 +2,9 @@
 
 A handler runs inside the event's transaction with the session row locked (or, for a live
 prompt, on a row read without a lock and written back only if unchanged), changes the row
-in memory, and says in a ``Step`` what else it decided: the context to inject, and whether
-it marked a periodic checkpoint pending. Every text in the event and its transcript facts is
+in memory, and says in a ``Step`` what else it decided: the context to inject and its audit
+row (saved by the caller with the session row), and whether it marked a periodic checkpoint
+pending. Every text in the event and its transcript facts is
 already redacted and cut to size (``events.event_prepare``).
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from checkpoints.harnesses.base import Event, EventKind
-from checkpoints.models import ContinuityConfig, Session, Trigger
+from checkpoints.models import ContinuityConfig, Injection, Session, Trigger
 from checkpoints.services.events import (
     MAX_FILES,
     MAX_PROMPTS,
@@ -33,7 +34,7 @@ from checkpoints.services.pressure import (
     pressure_reminder,
     pressure_reset,
 )
-from checkpoints.services.recovery import injection_record, recovery_prepare
+from checkpoints.services.recovery import injection_build, recovery_prepare
 from checkpoints.services.store import CheckpointContent, checkpoint_write, session_close
 
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
@@ -49,6 +50,9 @@ class Step:
 
     context: str = ""
     newly_pending: bool = False
+    # The audit of a recovery context in ``context``: the caller saves it in the transaction
+    # that writes the session row (no row, no injection).
+    injection: Injection | None = None
 
 
 def _push(items: list[str], item: str, limit: int) -> list[str]:
@@ -73,14 +77,16 @@ def _recovery_budget(config: ContinuityConfig, event: Event) -> int:
     return max(1, limit * config.recovery_budget_chars // config.inject_budget_chars)
 
 
-def _recovery_context(
+def _recovery(
     session: Session,
     config: ContinuityConfig,
     now: datetime,
     event: Event,
     source: str,
     previous_key: str = "",
-) -> str:
+) -> Step:
+    """The recovery context to inject into ``session``, and its audit row; an empty step when
+    there is nothing to recover."""
     prepared = recovery_prepare(
         owner=session.owner,
         session=session,
@@ -90,10 +96,12 @@ def _recovery_context(
         budget=_recovery_budget(config, event),
     )
     if prepared is None:
-        return ""
+        return Step()
     match, context = prepared
-    injection_record(session=session, context=context, match=match, source=source, now=now)
-    return context.text
+    injection = injection_build(
+        session=session, context=context, match=match, source=source, now=now
+    )
+    return Step(context=context.text, injection=injection)
 
 
 def _compaction_mark(session: Session, seen: int, now: datetime) -> None:
@@ -149,12 +157,12 @@ def _on_session_start(
     session.recovery_due = False
     if event.source == "clear":  # the user asked for a clean slate
         return Step()
-    context = _recovery_context(
+    step = _recovery(
         session, config, now, event, event.source or "startup", event.previous_session_key
     )
-    if compact and context:
+    if compact and step.context:
         session.compaction_recovered = True
-    return Step(context=context)
+    return step
 
 
 def _on_prompt(
@@ -182,7 +190,8 @@ def _on_prompt(
     # Owed when a compaction's SessionStart injected nothing, or no SessionStart came at all.
     if session.recovery_due:
         session.recovery_due = False
-        step.context = _recovery_context(session, config, now, event, "prompt")
+        recovered = _recovery(session, config, now, event, "prompt")
+        step.context, step.injection = recovered.context, recovered.injection
         if step.context:
             session.compaction_recovered = True
     # Both fit: the recovery context stays within its reserve of the inject budget.
