@@ -84,9 +84,9 @@ def test_a_new_sessions_first_prompt_reads_outside_its_transactions(client_for, 
     with CaptureQueriesContext(connection) as captured:
         response = send(hook, payload("user_prompt_submit", session_id="new", prompt="go on"))
     assert "Ship the export" in response.json()["hookSpecificOutput"]["additionalContext"]
-    # The project, the recovery's checkpoints: looked up with no write lock held. Each of
-    # the two transactions writes only: the new row; then the prompt with the audit of the
-    # context it injected, which is kept if and only if the prompt is.
+    # The project, the recovery's checkpoint: looked up with no write lock held. One
+    # transaction writes the new row, the prompt applied, with the audit of the context it
+    # injected, kept if and only if the prompt is.
     transactions: list[list[str]] = []
     current: list[str] | None = None
     for query in captured.captured_queries:
@@ -99,10 +99,13 @@ def test_a_new_sessions_first_prompt_reads_outside_its_transactions(client_for, 
             current = None
         elif current is not None:
             current.append(verb + " " + query["sql"].split('"')[1])
-    assert transactions == [
-        ["INSERT checkpoints_session"],
-        ["UPDATE checkpoints_session", "INSERT checkpoints_injection"],
+    assert transactions == [["INSERT checkpoints_session", "INSERT checkpoints_injection"]]
+    checkpoint_reads = [
+        query["sql"]
+        for query in captured.captured_queries
+        if query["sql"].startswith("SELECT") and 'FROM "checkpoints_checkpoint"' in query["sql"]
     ]
+    assert len(checkpoint_reads) == 1  # the project's latest; a new session has none
     session = Session.objects.get(session_key="new")
-    assert (session.prompt_count, session.recovery_due, session.row_version) == (1, False, 1)
+    assert (session.prompt_count, session.recovery_due, session.row_version) == (1, False, 0)
     assert session.injections.get().source == "prompt"

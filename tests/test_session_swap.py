@@ -13,7 +13,7 @@ from checkpoints.services import engine
 from checkpoints.services.engine import PROMPT_FIELDS, handlers
 from checkpoints.services.recovery import recovery_prepare
 from checkpoints.services.sessions import (
-    session_create,
+    session_insert,
     session_lock,
     session_read,
     session_swap,
@@ -160,50 +160,64 @@ def test_a_prompt_that_keeps_losing_takes_the_locked_path(client_for, owner, mon
 
 def test_a_first_prompt_racing_another_workers_creation_counts_once(client_for, owner, monkeypatch):
     hook = client_for(owner, "ingest")
-    created = []
+    inserted = []
 
     def another_worker_creates_it_first(**kwargs):
-        SessionFactory(owner=owner, session_key=kwargs["session_key"], prompt_count=1)
-        created.append(session_create(**kwargs))
-        return created[-1]
+        SessionFactory(owner=owner, session_key=kwargs["session"].session_key, prompt_count=1)
+        inserted.append(session_insert(**kwargs))
+        return inserted[-1]
 
-    monkeypatch.setattr(engine, "session_create", another_worker_creates_it_first)
+    monkeypatch.setattr(engine, "session_insert", another_worker_creates_it_first)
     response = send(hook, payload("user_prompt_submit", prompt="mine"))
     assert response.status_code == 200
-    assert created == [False]  # the INSERT met the other row, and the prompt went on to it
+    assert inserted == [False]  # the INSERT met the other row; the prompt went on to it
     session = Session.objects.get()
     assert session.prompt_count == 2
     assert session.recent_prompts == ["mine"]
 
 
 @pytest.mark.django_db(transaction=True)  # the audit row's reference is checked at COMMIT
+@pytest.mark.parametrize("session_exists", [False, True], ids=["new session", "owed recovery"])
 def test_a_recovery_whose_checkpoint_goes_before_the_write_starts_over(
-    client_for, owner, monkeypatch
+    client_for, owner, monkeypatch, session_exists
 ):
     hook = client_for(owner, "ingest")
     send(hook, payload("user_prompt_submit", session_id="earlier", prompt="Ship the export"))
     send(hook, payload("pre_compact_manual", session_id="earlier"))
+    if session_exists:  # a session owed a recovery (a compaction's that injected nothing)
+        project = Session.objects.get(session_key="earlier").project_normalized
+        SessionFactory(owner=owner, session_key="new", recovery_due=True, prompt_count=3)
+        Session.objects.filter(session_key="new").update(project_normalized=project)
     looked_up = []
-    swaps = []
+    writes = []
 
     def the_prune_runs_after_the_look_up(**kwargs):
         looked_up.append(recovery_prepare(**kwargs))
         Checkpoint.objects.all().delete()
         return looked_up[-1]
 
+    def insert(**kwargs):
+        writes.append(("insert", session_insert(**kwargs)))
+        return writes[-1][1]
+
     def swap(**kwargs):
-        swaps.append(session_swap(**kwargs))
-        return swaps[-1]
+        writes.append(("update", session_swap(**kwargs)))
+        return writes[-1][1]
 
     monkeypatch.setattr(handlers, "recovery_prepare", the_prune_runs_after_the_look_up)
+    monkeypatch.setattr(engine, "session_insert", insert)
     monkeypatch.setattr(engine, "session_swap", swap)
     response = send(hook, payload("user_prompt_submit", session_id="new", prompt="go on"))
     assert response.status_code == 200
     # The row was written with the audit of a context whose checkpoint had gone: the
     # transaction failed as a whole, and the prompt started over with nothing to recover.
     assert [found is not None for found in looked_up] == [True, False]
-    assert swaps == [True, True]
+    if session_exists:
+        assert writes == [("update", True), ("update", True)]  # the first one rolled back
+    else:
+        assert writes == [("insert", False), ("insert", True)]
     assert "additionalContext" not in response.json().get("hookSpecificOutput", {})
     session = Session.objects.get(session_key="new")
-    assert (session.prompt_count, session.recovery_due) == (1, False)
+    prompts = 4 if session_exists else 1
+    assert (session.prompt_count, session.recovery_due) == (prompts, False)
     assert not Injection.objects.filter(session=session).exists()

@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DEFERRED, Field
+from django.db.models import DEFERRED, Field, Model
 
 from checkpoints.models import Session
 from checkpoints.services.locks import write_serialized
@@ -58,34 +58,37 @@ def session_lock(
     else:
         session.owner = owner  # already loaded: spares a query wherever it is used
         return session
-    created = _session_new(owner=owner, session_key=session_key, seed=seed, now=now)
+    created = session_new(owner=owner, session_key=session_key, seed=seed, now=now)
     try:
         with transaction.atomic():
             created.save(force_insert=True)
     except IntegrityError:  # another worker created it first
         return Session.objects.select_for_update().get(owner=owner, session_key=session_key)
-    created.created_now = True  # no checkpoint can belong to it yet
     return created
 
 
-def session_create(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> bool:
-    """Create the owner's session ``session_key`` in a transaction of its own, unless it
-    exists; True when this call created it.
+def session_insert(*, session: Session, belonging: Sequence[Model] = ()) -> bool:
+    """Insert the new ``session`` (``session_new``), and rows that belong to it, in one
+    transaction; True when written. False, with nothing written, when one of them cannot be:
+    the owner has a session of that key already (another worker created it first), or a row
+    refers to one that has gone since it was read.
 
-    Its project and predecessor are looked up first, outside the transaction, so on SQLite
-    the writers' lock is held for the INSERT alone (``engine._prompt_unlocked``).
+    Its project was identified when it was made, so on SQLite the writers' lock is held for
+    the INSERTs alone (``engine._prompt_unlocked``).
     """
-    created = _session_new(owner=owner, session_key=session_key, seed=seed, now=now)
     try:
         with write_serialized(), transaction.atomic():
-            created.save(force_insert=True)
-    except IntegrityError:  # another worker created it first
+            session.save(force_insert=True)
+            for row in belonging:
+                row.save(force_insert=True)
+    except IntegrityError:
         return False
     return True
 
 
-def _session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> Session:
-    """An unsaved session row for ``seed``, its project identified."""
+def session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> Session:
+    """A new session row for ``seed``, its project identified, not saved yet: no checkpoint
+    can belong to it (``Session.created_now``)."""
     identity = project_identify(
         owner=owner,
         cwd=seed.cwd,
@@ -97,7 +100,7 @@ def _session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datet
         previous = Session.objects.filter(
             owner=owner, session_key=seed.previous_session_key
         ).first()
-    return Session(
+    session = Session(
         owner=owner,
         session_key=session_key,
         harness=seed.harness,
@@ -113,6 +116,8 @@ def _session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datet
         transcript_path=seed.transcript_path[:4096],
         recovery_due=seed.recovery_due,
     )
+    session.created_now = True
+    return session
 
 
 # --- Optimistic read and write-back ---------------------------------------------------------

@@ -6,9 +6,9 @@ of workers and hosts. An event runs in one transaction holding the session row (
 FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers). The
 exception is the commonest event, a live prompt: it reads the row without a lock and writes
 it back in one UPDATE that applies only if the row is unchanged, else it tries again
-(``_prompt_unlocked``). A session's first prompt creates the row first, in an INSERT of its
-own, and a prompt owed a recovery context looks it up before its write; so on SQLite, where
-writers take turns, the turn holds no Python work and no reads. Both paths run the same
+(``_prompt_unlocked``). A session's first prompt is applied to a new row that is then
+inserted, and a prompt owed a recovery context looks it up before its write; so on SQLite,
+where writers take turns, a prompt's turn holds no Python work and no reads. Both paths run the same
 ``_apply``, which hands the event to its kind's handler (``handlers.py``: what each event
 does).
 """
@@ -34,8 +34,9 @@ from checkpoints.services.pressure import pressure_usage_record
 from checkpoints.services.sessions import (
     SessionRead,
     SessionSeed,
-    session_create,
+    session_insert,
     session_lock,
+    session_new,
     session_read,
     session_save_changed,
     session_swap,
@@ -166,32 +167,32 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     memory, and write it back in one UPDATE that only applies if no one wrote the row
     meanwhile (``session_swap``); if someone did, start over.
 
-    A session's first prompt creates the row first (``session_create``: an INSERT alone).
-    A recovery the prompt owes is looked up before the write, and its audit row is saved in
-    the write's transaction (``_swap``). Nothing is held while Python works, and a prompt
-    costs two statements. None when this prompt needs more than its own row (a pending
-    checkpoint is past its debounce) or lost the race ``UNLOCKED_ATTEMPTS`` times: the
-    caller then takes the locked path.
+    A session's first prompt is applied to a new row, which is then inserted
+    (``session_insert``); if another worker inserted it first, start over. A recovery the
+    prompt owes is looked up before the write, and its audit row written in the same
+    transaction. Nothing is held while Python works or reads, and a prompt costs two
+    statements. None when this prompt needs more than its own row (a pending checkpoint is
+    past its debounce) or lost the race ``UNLOCKED_ATTEMPTS`` times: the caller then takes
+    the locked path.
     """
-    read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
-    if read is None:
-        session_create(
-            owner=owner,
-            session_key=event.session_key,
-            seed=_session_seed(event),
-            now=timezone.now(),
-        )
-    for attempt in range(UNLOCKED_ATTEMPTS):
-        if read is None or attempt:
-            read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
-            if read is None:  # deleted as soon as created (an owner's purge): the locked path
-                return None
-        session = read.session
+    for _ in range(UNLOCKED_ATTEMPTS):
+        read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
         now = timezone.now()  # after the read: no mark on the row lies in our future
-        if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
-            return None
+        if read is None:
+            session = session_new(
+                owner=owner, session_key=event.session_key, seed=_session_seed(event), now=now
+            )
+        else:
+            session = read.session
+            if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
+                return None
         step = _apply(session, event, config, now, None)
-        if _swap(read, step):
+        if read is None:
+            audit = [step.injection] if step.injection is not None else []
+            written = session_insert(session=session, belonging=audit)
+        else:
+            written = _swap(read, step)
+        if written:
             if step.newly_pending:
                 transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)
