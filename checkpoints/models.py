@@ -57,8 +57,9 @@ class Session(models.Model):
 
     # The end reason the idle-session close writes; any later event of the session reopens it.
     END_REASON_IDLE = "idle"
-    # Not a column: True on the instance ``sessions.session_lock`` has just created, until a
-    # checkpoint of it is written. Recovery then knows it has none of its own to look for.
+    # Not a column: True on a row not yet in the database (``sessions.session_new``) or just
+    # inserted by ``session_lock``, until a checkpoint of it is written. Recovery then knows
+    # it has none of its own to look for.
     created_now = False
 
     owner = models.ForeignKey(

@@ -213,7 +213,7 @@ def test_a_recovery_whose_checkpoint_goes_before_the_write_starts_over(
     # transaction failed as a whole, and the prompt started over with nothing to recover.
     assert [found is not None for found in looked_up] == [True, False]
     if session_exists:
-        assert writes == [("update", True), ("update", True)]  # the first one rolled back
+        assert writes == [("update", False), ("update", True)]
     else:
         assert writes == [("insert", False), ("insert", True)]
     assert "additionalContext" not in response.json().get("hookSpecificOutput", {})
@@ -221,3 +221,30 @@ def test_a_recovery_whose_checkpoint_goes_before_the_write_starts_over(
     prompts = 4 if session_exists else 1
     assert (session.prompt_count, session.recovery_due) == (prompts, False)
     assert not Injection.objects.filter(session=session).exists()
+
+
+def test_an_owed_recovery_that_a_compactions_session_start_injects_meanwhile_is_not_repeated(
+    client_for, owner, monkeypatch
+):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("user_prompt_submit", prompt="Ship the export"))
+    send(hook, payload("pre_compact_manual"))  # the compaction: a recovery is now owed
+    assert Session.objects.get().recovery_due
+    reads = []
+
+    def read_then_session_start_arrives(**kwargs):
+        reads.append(session_read(**kwargs))
+        if len(reads) == 1:  # another worker serves the compaction's SessionStart now
+            answer = send(hook, payload("session_start_compact")).json()
+            assert "Ship the export" in answer["hookSpecificOutput"]["additionalContext"]
+        return reads[-1]
+
+    monkeypatch.setattr(engine, "session_read", read_then_session_start_arrives)
+    response = send(hook, payload("user_prompt_submit", prompt="go on"))
+    # Our write-back found the row changed, read it again, and the recovery was no longer
+    # owed: the context went in once, with the SessionStart.
+    assert len(reads) == 2
+    assert "additionalContext" not in response.json().get("hookSpecificOutput", {})
+    session = Session.objects.get()
+    assert (session.prompt_count, session.recovery_due) == (2, False)
+    assert list(Injection.objects.values_list("source", flat=True)) == ["compact"]

@@ -1,6 +1,5 @@
-"""``services/statements.py``: the hook path's statements on the driver's cursor behave as
-Django's cursor would: same rows, same errors, same transaction rules, and logged when
-queries are."""
+"""``services/statements.py``: the hook path's statements on the driver's cursor give the
+rows, errors and transaction rules Django's cursor would, and are logged when queries are."""
 
 from __future__ import annotations
 

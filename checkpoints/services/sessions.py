@@ -1,5 +1,6 @@
-"""Session rows: found or created, and locked for the writer's transaction; or read without
-a lock and written back only if nobody wrote them in between (the prompt hot path)."""
+"""Session rows: found or created, and locked for the writer's transaction; or, on the prompt
+hot path, read without a lock and written back only if nobody wrote them in between, or
+made in memory and inserted unless someone else inserted them first."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def session_insert(*, session: Session, belonging: Sequence[Model] = ()) -> bool
     refers to one that has gone since it was read.
 
     Its project was identified when it was made, so on SQLite the writers' lock is held for
-    the INSERTs alone (``engine._prompt_unlocked``).
+    the INSERTs (and their compilation by the ORM) alone (``engine._prompt_unlocked``).
     """
     try:
         with write_serialized(), transaction.atomic():
@@ -241,11 +242,14 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     return SessionRead(session=session, values=_copied(values))
 
 
-def session_swap(*, read: SessionRead) -> bool:
+def session_swap(*, read: SessionRead, belonging: Sequence[Model] = ()) -> bool:
     """Write back the loaded columns of ``read.session`` that changed since it was read, in
-    one UPDATE, if no one wrote the row since; True when it was written.
+    one UPDATE, if no one wrote the row since, with the new rows ``belonging`` to it in the
+    same transaction; True when written. False, with nothing written, when the row changed
+    since it was read, or one of the new rows refers to one that has gone since.
 
-    The row's new version is not loaded: a session read is written back once.
+    What to write is worked out before the writers' lock is taken. The row's new version is
+    not loaded: a session read is written back once.
     """
     alias = router.db_for_write(Session) or "default"
     connection = connections[alias]
@@ -258,13 +262,21 @@ def session_swap(*, read: SessionRead) -> bool:
     )
     values = [field.get_db_prep_save(getattr(session, field.attname), connection)
               for field in changed]  # fmt: skip
-    # On SQLite, the one statement queues on the writers' lock like every other write.
-    with write_serialized():
-        outcome = statement_run(
-            statement=_swap_statement(alias, changed),
-            params=[*values, session.pk, read.values["row_version"]],
-        )
-    return outcome.rowcount == 1
+    statement = _swap_statement(alias, changed)
+    params = [*values, session.pk, read.values["row_version"]]
+    if not belonging:
+        # On SQLite, the one statement queues on the writers' lock like every other write.
+        with write_serialized():
+            return statement_run(statement=statement, params=params).rowcount == 1
+    try:
+        with write_serialized(), transaction.atomic():
+            if statement_run(statement=statement, params=params).rowcount != 1:
+                return False
+            for row in belonging:
+                row.save(force_insert=True)
+    except IntegrityError:  # checked at COMMIT: the whole transaction is undone
+        return False
+    return True
 
 
 # --- Locked writes: only what changed --------------------------------------------------------

@@ -13,6 +13,8 @@ what of that matters and skips the rest:
   connection so Django closes it at the end of the request;
 - the statement's placeholders are turned into the driver's once, when it is built.
 
+Django's ``execute_wrappers`` (``connection.execute_wrapper``) do not see these statements.
+
 When queries are being logged (``DEBUG``, or a test counting them), a statement runs through
 Django's cursor instead, so it is logged and counted as every other query is.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,4 +78,6 @@ def statement_run(*, statement: Statement, params: Sequence[Any]) -> Outcome:
             rows = cursor.fetchall() if cursor.description else []
             return Outcome(rows=rows, rowcount=cursor.rowcount)
         finally:
-            cursor.close()
+            # As Django's cursor does: the error that propagates is the statement's, if any.
+            with suppress(connection.Database.Error):  # type: ignore[attr-defined]
+                cursor.close()

@@ -8,7 +8,7 @@ exception is the commonest event, a live prompt: it reads the row without a lock
 it back in one UPDATE that applies only if the row is unchanged, else it tries again
 (``_prompt_unlocked``). A session's first prompt is applied to a new row that is then
 inserted, and a prompt owed a recovery context looks it up before its write; so on SQLite,
-where writers take turns, a prompt's turn holds no Python work and no reads. Both paths run the same
+where writers take turns, a prompt's turn holds no reads and little Python. Both paths run the same
 ``_apply``, which hands the event to its kind's handler (``handlers.py``: what each event
 does).
 """
@@ -32,7 +32,6 @@ from checkpoints.services.locks import write_serialized
 from checkpoints.services.pending import pending_due, pending_enqueue, pending_mark
 from checkpoints.services.pressure import pressure_usage_record
 from checkpoints.services.sessions import (
-    SessionRead,
     SessionSeed,
     session_insert,
     session_lock,
@@ -47,7 +46,8 @@ from checkpoints.services.store import CheckpointContent
 logger = logging.getLogger(__name__)
 
 # The columns a prompt reads or writes on the unlocked path (a recovery's included). The
-# locked path loads the whole row: a prompt takes it when it writes a due checkpoint.
+# locked path loads the whole row: a prompt takes it when it writes a due checkpoint, is a
+# replay or carries an Idempotency-Key, or lost the unlocked race too often.
 PROMPT_FIELDS = (
     "id",
     "owner_id",
@@ -170,7 +170,7 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     A session's first prompt is applied to a new row, which is then inserted
     (``session_insert``); if another worker inserted it first, start over. A recovery the
     prompt owes is looked up before the write, and its audit row written in the same
-    transaction. Nothing is held while Python works or reads, and a prompt costs two
+    transaction. Nothing is held while Python works or reads, and a later prompt costs two
     statements. None when this prompt needs more than its own row (a pending checkpoint is
     past its debounce) or lost the race ``UNLOCKED_ATTEMPTS`` times: the caller then takes
     the locked path.
@@ -187,32 +187,16 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
             if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
                 return None
         step = _apply(session, event, config, now, None)
+        audit = [step.injection] if step.injection is not None else []
         if read is None:
-            audit = [step.injection] if step.injection is not None else []
             written = session_insert(session=session, belonging=audit)
         else:
-            written = _swap(read, step)
+            written = session_swap(read=read, belonging=audit)
         if written:
             if step.newly_pending:
                 transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)
     return None
-
-
-def _swap(read: SessionRead, step: Step) -> bool:
-    """Write the prompt's row back (``session_swap``), with the audit of the recovery it
-    injects if any, in one transaction; True when written, False when the row changed since
-    it was read, or the recovered checkpoint has gone since (the prune): start over."""
-    if step.injection is None:
-        return session_swap(read=read)
-    try:
-        with write_serialized(), transaction.atomic():
-            if not session_swap(read=read):
-                return False
-            step.injection.save(force_insert=True)
-    except IntegrityError:
-        return False
-    return True
 
 
 def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:

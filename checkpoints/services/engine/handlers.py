@@ -1,10 +1,10 @@
 """What each kind of event does to its session: the handlers ``engine._apply`` calls.
 
 A handler runs inside the event's transaction with the session row locked (or, for a live
-prompt, on a row read without a lock and written back only if unchanged), changes the row
-in memory, and says in a ``Step`` what else it decided: the context to inject and its audit
-row (saved by the caller with the session row), and whether it marked a periodic checkpoint
-pending. Every text in the event and its transcript facts is
+prompt, on a row read without a lock and written back only if unchanged, or on a new row not
+yet inserted), changes the row in memory, and says in a ``Step`` what else it decided: the
+context to inject and its audit row (saved by the caller with the session row), and whether
+it marked a periodic checkpoint pending. Every text in the event and its transcript facts is
 already redacted and cut to size (``events.event_prepare``).
 """
 
