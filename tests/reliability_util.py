@@ -175,7 +175,8 @@ def http_request(
     *,
     timeout: float = 30,
 ) -> Reply:
-    """One request over a fresh connection; OSError when no answer comes back."""
+    """One request over a fresh connection; OSError when no whole answer comes back (a
+    server killed mid-answer leaves its status line or body cut short)."""
     started = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -183,6 +184,8 @@ def http_request(
         response = conn.getresponse()
         data = response.read()
         return Reply(response.status, data, time.monotonic() - started)
+    except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: not OSErrors
+        raise ConnectionError(f"the answer was cut short: {exc!r}") from exc
     finally:
         conn.close()
 
