@@ -5,7 +5,7 @@ made in memory and inserted unless someone else inserted them first."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from copy import copy
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,14 +77,12 @@ def session_insert(*, session: Session, belonging: Sequence[Model] = ()) -> bool
     Its project was identified when it was made, so on SQLite the writers' lock is held for
     the INSERTs (and their compilation by the ORM) alone (``engine._prompt_unlocked``).
     """
-    try:
-        with write_serialized(), transaction.atomic():
-            session.save(force_insert=True)
-            for row in belonging:
-                row.save(force_insert=True)
-    except IntegrityError:
-        return False
-    return True
+
+    def insert() -> bool:
+        session.save(force_insert=True)
+        return True
+
+    return _written_together(insert, belonging)
 
 
 def session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> Session:
@@ -220,10 +218,10 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     alias = router.db_for_read(Session) or "default"
     names = tuple(fields)
     connection = connections[alias]
-    rows = statement_run(statement=_read_statement(alias, names), params=[owner.pk, session_key])
-    if not rows.rows:
+    result = statement_run(statement=_read_statement(alias, names), params=[owner.pk, session_key])
+    if not result.rows:
         return None
-    row = rows.rows[0]
+    row = result.rows[0]
     values: dict[str, Any] = {}
     converters = _converters(connection, names)
     # Every column's place, the unread ones DEFERRED: given the full row, ``from_db`` skips
@@ -264,17 +262,29 @@ def session_swap(*, read: SessionRead, belonging: Sequence[Model] = ()) -> bool:
               for field in changed]  # fmt: skip
     statement = _swap_statement(alias, changed)
     params = [*values, session.pk, read.values["row_version"]]
+
+    def update() -> bool:
+        return statement_run(statement=statement, params=params).rowcount == 1
+
     if not belonging:
         # On SQLite, the one statement queues on the writers' lock like every other write.
         with write_serialized():
-            return statement_run(statement=statement, params=params).rowcount == 1
+            return update()
+    return _written_together(update, belonging)
+
+
+def _written_together(write: Callable[[], bool], belonging: Sequence[Model]) -> bool:
+    """Run ``write`` (the session row's own; False when it did not apply) and insert the rows
+    ``belonging`` to the session, in one transaction on the writers' lock. True when all
+    were written; False, with nothing written, when ``write`` did not apply or a row breaks
+    a constraint (checked at COMMIT: a reference to a row that has gone since)."""
     try:
         with write_serialized(), transaction.atomic():
-            if statement_run(statement=statement, params=params).rowcount != 1:
+            if not write():
                 return False
             for row in belonging:
                 row.save(force_insert=True)
-    except IntegrityError:  # checked at COMMIT: the whole transaction is undone
+    except IntegrityError:
         return False
     return True
 

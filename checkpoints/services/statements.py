@@ -42,7 +42,7 @@ class Statement:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class StatementResult:
     rows: list[tuple[Any, ...]]  # all of them: SQLite ends (and commits) a statement once read
     rowcount: int
 
@@ -55,14 +55,14 @@ def statement_build(*, alias: str, sql: str) -> Statement:
     return Statement(alias=alias, sql=sql, native=native)
 
 
-def statement_run(*, statement: Statement, params: Sequence[Any]) -> Outcome:
+def statement_run(*, statement: Statement, params: Sequence[Any]) -> StatementResult:
     """Run ``statement`` with ``params``; its rows (if it returns any) and its row count."""
     connection = connections[statement.alias]
     if connection.queries_logged:
         with connection.cursor() as cursor:
             cursor.execute(statement.sql, params)
             rows = cursor.fetchall() if cursor.description else []
-            return Outcome(rows=rows, rowcount=cursor.rowcount)
+            return StatementResult(rows=rows, rowcount=cursor.rowcount)
     # What Django's ``connection.cursor()`` does first.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -76,7 +76,7 @@ def statement_run(*, statement: Statement, params: Sequence[Any]) -> Outcome:
         try:
             cursor.execute(statement.native, params)
             rows = cursor.fetchall() if cursor.description else []
-            return Outcome(rows=rows, rowcount=cursor.rowcount)
+            return StatementResult(rows=rows, rowcount=cursor.rowcount)
         finally:
             # As Django's cursor does: the error that propagates is the statement's, if any.
             with suppress(connection.Database.Error):  # type: ignore[attr-defined]
