@@ -602,7 +602,9 @@ class ThrottleCounter(models.Model):
     """Requests one throttle bucket (a token's scope, an address) made in one fixed window.
 
     Written only by ``services.throttling`` with a single upsert, so concurrent workers
-    never lose a count; rows of closed windows are deleted by the every-minute sweep.
+    never lose a count; rows of closed windows are deleted by the every-minute sweep. Used
+    with PostgreSQL without Redis; SQLite counts in a file (``services.host_counters``) and
+    comes here only for a bucket the file has no room for.
     """
 
     bucket = models.CharField(max_length=150)

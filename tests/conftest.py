@@ -8,18 +8,21 @@ or touch the owner's data.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.core.cache import cache
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.utils import timezone
 from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
 from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.services.config import config_cache_clear
+from checkpoints.services.host_counters import host_counters_clear, host_counters_path
+from checkpoints.services.throttling import counters_file
 from checkpoints.services.tokens import token_create
 from tests.factories import UserFactory
 from tests.hookutil import Clock
@@ -35,12 +38,26 @@ def pytest_report_header() -> str:
     return f"browser tests: Chromium at {CHROMIUM}; screenshots in {SCREENSHOTS}"
 
 
+def pytest_sessionfinish() -> None:
+    """The test database's counters' file goes with the database (SQLite removes its own)."""
+    from django.conf import settings
+
+    name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    counters = host_counters_path(database_name=str(name)) if name else None
+    if counters is not None and os.path.exists(counters):
+        os.remove(counters)
+
+
 @pytest.fixture(autouse=True)
 def _clean_cache(db: Any) -> Iterator[None]:
-    # The database cache outlives a test's transaction only on PostgreSQL's keepdb runs;
-    # clearing keeps throttle counters and the cached config from leaking between tests.
+    # The database cache outlives a test's transaction only on PostgreSQL's keepdb runs,
+    # and the counters' file beside a SQLite database outlives every test: clearing keeps
+    # throttle counts and the cached config from leaking between tests.
     cache.clear()
     config_cache_clear()
+    counters = counters_file(alias=DEFAULT_DB_ALIAS)
+    if counters is not None:
+        host_counters_clear(path=counters)
     yield
     cache.clear()
 

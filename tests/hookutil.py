@@ -17,6 +17,17 @@ HOOK_URL = "/api/hooks/claude-code/"
 TRANSCRIPT = FIXTURES / "transcript.jsonl"
 
 
+def throttle_statements() -> list[str]:
+    """The statements a request's throttle count runs on the test database: one upsert of a
+    row on PostgreSQL (without Redis), none on SQLite, which counts in a file
+    (``services/host_counters``)."""
+    from django.db import DEFAULT_DB_ALIAS
+
+    from checkpoints.services.throttling import counters_file
+
+    return [] if counters_file(alias=DEFAULT_DB_ALIAS) else ["INSERT"]
+
+
 def payload(name: str, **overrides: Any) -> dict[str, Any]:
     """A fixture payload (``user_prompt_submit`` …) with fields replaced."""
     data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())

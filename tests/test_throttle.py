@@ -11,12 +11,14 @@ import time
 
 import pytest
 from django.core.cache import caches
+from django.db import DEFAULT_DB_ALIAS, connection
 from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
 from checkpoints import tasks
 from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.models import ApiToken, ThrottleCounter
+from checkpoints.services import throttling
 from checkpoints.services.throttling import counter_increment, counters_delete_expired
 from checkpoints.services.tokens import token_revoke
 from tests.conftest import THROTTLE_WINDOW_START
@@ -80,7 +82,22 @@ def test_default_rates_leave_ingest_generous():
 # --- The counter ----------------------------------------------------------------------------
 
 
-def test_a_counter_counts_each_request_once_per_window():
+@pytest.fixture(params=["where the deployment keeps it", "in the database"])
+def counter_store(request, monkeypatch):
+    """Each counter test twice: in the store the test database's deployment would use (on
+    SQLite the counters' file, on PostgreSQL rows), and in rows (as on PostgreSQL)."""
+    if request.param == "in the database":
+        monkeypatch.setattr(throttling, "counters_file", lambda *, alias: None)
+    return request.param
+
+
+@pytest.fixture
+def database_counters(monkeypatch):
+    """Counters kept as rows, as on PostgreSQL without Redis, whatever the test database."""
+    monkeypatch.setattr(throttling, "counters_file", lambda *, alias: None)
+
+
+def test_a_counter_counts_each_request_once_per_window(counter_store):
     counts = [
         counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START + n).total
         for n in range(5)
@@ -89,9 +106,17 @@ def test_a_counter_counts_each_request_once_per_window():
     assert counter_increment(bucket="read:2", duration=60, now=THROTTLE_WINDOW_START).total == 1
     following = counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START + 60)
     assert following == (1, int(THROTTLE_WINDOW_START) + 120)
-    assert ThrottleCounter.objects.count() == 3
+    in_rows = throttling.counters_file(alias=DEFAULT_DB_ALIAS) is None
+    assert ThrottleCounter.objects.count() == (3 if in_rows else 0)
 
 
+def test_a_sqlite_database_keeps_its_counters_in_a_file_beside_it():
+    name = connection.settings_dict["NAME"]
+    expected = f"{name}-counters-v1" if connection.vendor == "sqlite" else None
+    assert throttling.counters_file(alias=DEFAULT_DB_ALIAS) == expected
+
+
+@pytest.mark.usefixtures("database_counters")
 def test_a_long_bucket_is_counted_under_its_hash():
     bucket = "anon:" + "9" * 400
     assert counter_increment(bucket=bucket, duration=60, now=THROTTLE_WINDOW_START).total == 1
@@ -100,6 +125,7 @@ def test_a_long_bucket_is_counted_under_its_hash():
     assert stored.bucket.startswith("sha256:")
 
 
+@pytest.mark.usefixtures("database_counters")
 def test_the_minute_sweep_deletes_the_counters_of_closed_windows():
     counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START)
     counter_increment(bucket="read:1", duration=60, now=THROTTLE_WINDOW_START + 60)
@@ -120,6 +146,7 @@ def test_the_minute_sweep_deletes_the_counters_of_closed_windows():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("database_counters")
 def test_a_read_only_database_refuses_requests_instead_of_passing_them_uncounted(
     owner, make_token, request
 ):

@@ -1,6 +1,6 @@
-"""Throttle counts stay exact with several processes counting at once, on the test database
-(a SQLite file in WAL mode, or PostgreSQL): each process is a fresh interpreter, as a
-web server process is, started together behind a barrier.
+"""Throttle counts stay exact with several processes counting at once, in the test
+database's store (on SQLite the counters' file beside it, on PostgreSQL rows): each process
+is a fresh interpreter, as a web server process is, started together behind a barrier.
 """
 
 from __future__ import annotations

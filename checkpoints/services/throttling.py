@@ -1,14 +1,21 @@
-"""Throttle counters: one atomic count per (bucket, fixed window), in the database or Redis.
+"""Throttle counters: one atomic count per (bucket, fixed window), in Redis, a file or the
+database.
 
-Each request is counted and its count read back in one statement, so workers counting side
-by side never lose a request and a window lets exactly its limit through. Without Redis the
-counter is a ``ThrottleCounter`` row written by one upsert (``INSERT … ON CONFLICT DO UPDATE
-… RETURNING``, SQLite 3.35+ and PostgreSQL); with the Redis cache (``REDIS_URL``) it is a key
-raised by ``INCR`` and given its expiry in the same MULTI/EXEC.
+Each request is counted and its count read back in one step, so workers counting side by
+side never lose a request and a window lets exactly its limit through. Where the count is
+kept follows the stores the deployment has:
+
+- with the Redis cache (``REDIS_URL``), a key raised by ``INCR`` and given its expiry in
+  the same MULTI/EXEC: every host shares it;
+- on SQLite, a slot in the counters' file beside the database (``host_counters``): SQLite
+  keeps every worker on one host, and a row would cost a write transaction per request;
+- otherwise (PostgreSQL without Redis), a ``ThrottleCounter`` row written by one upsert
+  (``INSERT … ON CONFLICT DO UPDATE … RETURNING``). On SQLite, a bucket the file has no
+  room for is counted so too.
 
 A counter that cannot count fails closed: a database error (read-only, unreachable)
-propagates, and a Redis error becomes ``CounterUnavailable``; the API answers 503 to both
-rather than letting requests through uncounted.
+propagates, and a Redis or counters' file error becomes ``CounterUnavailable``; the API
+answers 503 to both rather than letting requests through uncounted.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import time
 import weakref
-from functools import cache
+from functools import cache, partial
 from typing import NamedTuple
 
 from django.core.cache import caches
@@ -26,6 +33,11 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from checkpoints.models import ThrottleCounter
+from checkpoints.services.host_counters import (
+    HostCountersUnavailable,
+    host_counter_increment,
+    host_counters_path,
+)
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.statements import Statement, statement_build, statement_run
 
@@ -54,9 +66,36 @@ def counter_increment(*, bucket: str, duration: int, now: float) -> WindowCount:
     cache = caches["default"]
     if isinstance(cache, RedisCache):
         count = _redis_increment(cache, bucket=bucket, window_end=window_end, now=now)
+        return WindowCount(total=count, window_end=window_end)
+    alias = router.db_for_write(ThrottleCounter) or "default"
+    path = counters_file(alias=alias)
+    if path is None:
+        count = _database_increment(alias=alias, bucket=bucket, window_end=window_end)
     else:
-        count = _database_increment(bucket=bucket, window_end=window_end)
+        try:
+            count = host_counter_increment(
+                path=path,
+                bucket=bucket,
+                window_end=window_end,
+                now=now,
+                overflow_increment=partial(
+                    _database_increment, alias=alias, bucket=bucket, window_end=window_end
+                ),
+                overflow_count=partial(
+                    _database_count, alias=alias, bucket=bucket, window_end=window_end
+                ),
+            )
+        except HostCountersUnavailable as exc:
+            raise CounterUnavailable(str(exc)) from exc
     return WindowCount(total=count, window_end=window_end)
+
+
+def counters_file(*, alias: str) -> str | None:
+    """The host's counters' file for the database ``alias`` when it is a SQLite file."""
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return None
+    return host_counters_path(database_name=str(connection.settings_dict["NAME"]))
 
 
 def counters_delete_expired(*, now: float | None = None) -> int:
@@ -86,13 +125,22 @@ def _upsert_statement(alias: str) -> Statement:
     )
 
 
-def _database_increment(*, bucket: str, window_end: int) -> int:
-    alias = router.db_for_write(ThrottleCounter) or "default"
+def _database_increment(*, alias: str, bucket: str, window_end: int) -> int:
     # A write like the engine's: on SQLite it queues on the writers' lock rather than in
     # SQLite's sleeping busy handler, which would hold the request up to 100 ms a poll.
     with write_serialized():
         outcome = statement_run(statement=_upsert_statement(alias), params=[bucket, window_end])
     return int(outcome.rows[0][0])
+
+
+def _database_count(*, alias: str, bucket: str, window_end: int) -> int:
+    found = (
+        ThrottleCounter.objects.using(alias)
+        .filter(bucket=bucket, window_end=window_end)
+        .values_list("count", flat=True)
+        .first()
+    )
+    return found or 0
 
 
 def _redis_increment(cache: RedisCache, *, bucket: str, window_end: int, now: float) -> int:
