@@ -130,6 +130,8 @@ _RULES_BY_HINT: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
 
 
 def _iter_findings(text: str) -> Iterator[Finding]:
+    if not text:  # most of an event's fields: nothing to look for, not even the hints
+        return
     # ASCII only: str.lower() can change the length (a dotted capital I becomes two code
     # points), and offsets in the lowered copy must be the text's.
     lowered = text.translate(_ASCII_LOWER)
