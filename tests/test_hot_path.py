@@ -1,11 +1,14 @@
-"""The hook hot path's statements, pinned: a prompt, a prompt that writes its due checkpoint,
-and what a locked event writes back."""
+"""The hook hot path's statements, pinned: a prompt, a prompt that writes its due checkpoint
+(reads without a lock, then one short transaction), and what a locked event writes back."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django_q.conf import Conf
 
 from checkpoints.models import Checkpoint, Session
 from checkpoints.services.config import config_cache_clear, config_get, config_save
@@ -54,7 +57,13 @@ def test_a_locked_event_writes_back_only_the_columns_it_changed(client_for, owne
     assert session.modified_files == [payload("post_tool_use_write")["tool_input"]["file_path"]]
 
 
-def test_a_prompt_that_writes_its_due_checkpoint_reads_the_row_once(client_for, owner):
+@pytest.mark.django_db(transaction=True)  # real transactions, not the test's savepoints
+def test_a_prompt_writes_its_due_checkpoint_in_one_short_transaction(
+    client_for, owner, monkeypatch
+):
+    # The flush task queued at the mark stays queued, as it waits out the debounce in a
+    # deployment; the suite's tasks otherwise run at once, and it would write the checkpoint.
+    monkeypatch.setattr(Conf, "SYNC", False)
     config = config_get()
     config.prompt_interval = 2
     config_save(config=config)
@@ -66,16 +75,55 @@ def test_a_prompt_that_writes_its_due_checkpoint_reads_the_row_once(client_for, 
     config_get()
     with CaptureQueriesContext(connection) as captured:
         send(hook, payload("user_prompt_submit", prompt="three"))  # and this one writes it
-    statements = [
-        query["sql"] for query in captured.captured_queries if "SAVEPOINT" not in query["sql"]
+    # Read with no write lock held: the row for the prompt, which finds the checkpoint due,
+    # then the whole row for the checkpoint, and its parent. Then one transaction: the row
+    # written back if unchanged since, the checkpoint, and the per-session cap's look-up.
+    outside, inside = _statements(captured)
+    assert outside == [
+        *(f"{verb} checkpoints_throttlecounter" for verb in throttle_statements()),
+        "SELECT checkpoints_session",
+        "SELECT checkpoints_session",
+        "SELECT checkpoints_checkpoint",
     ]
-    # The throttle; the unlocked read, which finds the checkpoint due; then the locked path:
-    # the whole row, the parent checkpoint, the new one, the cap, and the session's changes.
-    assert [sql.split()[0] for sql in statements] == [
-        *throttle_statements(), "SELECT", "SELECT", "SELECT", "INSERT", "SELECT", "UPDATE",
-    ]  # fmt: skip
-    assert '"harness"' not in statements[-1].split(" WHERE ")[0]  # read, not changed
+    written = ["UPDATE checkpoints_session", "INSERT checkpoints_checkpoint"]
+    capped = ["SELECT checkpoints_checkpoint"]  # its oldest beyond the cap: none to delete
+    assert [[statement for statement, _ in transaction] for transaction in inside] == [
+        [*written, *capped]
+    ]
+    update = inside[0][0][1]
+    assert '"harness"' not in update.split(" WHERE ")[0]  # read, not changed
     assert Checkpoint.objects.get().recent_prompts == ["one", "two"]  # written before "three"
+    session = Session.objects.get()
+    assert (session.prompt_count, session.checkpoint_pending_since) == (3, None)
+
+
+_TABLE = re.compile(r'(?:FROM|UPDATE|INTO)\s+"([^"]+)"')
+
+
+def _statements(
+    captured: CaptureQueriesContext,
+) -> tuple[list[str], list[list[tuple[str, str]]]]:
+    """The captured statements outside any transaction ("VERB table"), and each
+    transaction's ("VERB table", its SQL)."""
+    outside: list[str] = []
+    transactions: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] | None = None
+    for query in captured.captured_queries:
+        sql = query["sql"]
+        verb = sql.split()[0].upper()
+        if verb == "BEGIN":
+            current = []
+        elif verb == "COMMIT":
+            assert current is not None
+            transactions.append(current)
+            current = None
+        else:
+            named = f"{verb} {_TABLE.search(sql).group(1)}"  # type: ignore[union-attr]
+            if current is None:
+                outside.append(named)
+            else:
+                current.append((named, sql))
+    return outside, transactions
 
 
 @pytest.mark.django_db(transaction=True)  # real transactions, not the test's savepoints
@@ -89,18 +137,8 @@ def test_a_new_sessions_first_prompt_reads_outside_its_transactions(client_for, 
     # The project, the recovery's checkpoint: looked up with no write lock held. One
     # transaction writes the new row, the prompt applied, with the audit of the context it
     # injected, kept if and only if the prompt is.
-    transactions: list[list[str]] = []
-    current: list[str] | None = None
-    for query in captured.captured_queries:
-        verb = query["sql"].split()[0].upper()
-        if verb == "BEGIN":
-            current = []
-        elif verb == "COMMIT":
-            assert current is not None
-            transactions.append(current)
-            current = None
-        elif current is not None:
-            current.append(verb + " " + query["sql"].split('"')[1])
+    _, inside = _statements(captured)
+    transactions = [[statement for statement, _ in transaction] for transaction in inside]
     assert transactions == [["INSERT checkpoints_session", "INSERT checkpoints_injection"]]
     checkpoint_reads = [
         query["sql"]

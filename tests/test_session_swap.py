@@ -7,10 +7,13 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django_q.conf import Conf
 
 from checkpoints.models import Checkpoint, Injection, Session
 from checkpoints.services import engine
+from checkpoints.services.config import config_cache_clear, config_get, config_save
 from checkpoints.services.engine import PROMPT_FIELDS, handlers
+from checkpoints.services.pending import checkpoint_flush, pending_checkpoint_if_due
 from checkpoints.services.recovery import recovery_prepare
 from checkpoints.services.sessions import (
     session_insert,
@@ -248,3 +251,79 @@ def test_an_owed_recovery_that_a_compactions_session_start_injects_meanwhile_is_
     session = Session.objects.get()
     assert (session.prompt_count, session.recovery_due) == (2, False)
     assert list(Injection.objects.values_list("source", flat=True)) == ["compact"]
+
+
+def _due_at_the_next_prompt(hook) -> None:
+    """A session whose periodic checkpoint is pending and past its debounce (none in the
+    suite; the flush task queued at the mark runs at commit, which these tests' transaction
+    never reaches, or stays queued, ``no_task_runs``)."""
+    config = config_get()
+    config.prompt_interval = 2
+    config_save(config=config)
+    config_cache_clear()
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("user_prompt_submit", prompt="one"))
+    send(hook, payload("user_prompt_submit", prompt="two"))  # marks the checkpoint pending
+    assert Session.objects.get().checkpoint_pending_since is not None
+
+
+def test_a_due_checkpoint_that_the_flush_task_writes_meanwhile_is_written_once(
+    client_for, owner, monkeypatch
+):
+    hook = client_for(owner, "ingest")
+    _due_at_the_next_prompt(hook)
+    reads = []
+
+    def read_then_the_task_flushes(**kwargs):
+        reads.append(session_read(**kwargs))
+        if kwargs["fields"] == engine.ALL_FIELDS and len(reads) == 2:
+            # The queued flush task runs in another worker right after our whole-row read.
+            assert checkpoint_flush(session_id=Session.objects.get().pk)
+        return reads[-1]
+
+    monkeypatch.setattr(engine, "session_read", read_then_the_task_flushes)
+    send(hook, payload("user_prompt_submit", prompt="three"))
+    # Our write-back found the row changed, read it again: nothing was due any more.
+    assert [len(read.values) for read in reads] == [
+        len(PROMPT_FIELDS), len(engine.ALL_FIELDS), len(PROMPT_FIELDS)
+    ]  # fmt: skip
+    assert Checkpoint.objects.count() == 1
+    assert Checkpoint.objects.get().recent_prompts == ["one", "two"]
+    session = Session.objects.get()
+    assert (session.prompt_count, session.checkpoint_pending_since) == (3, None)
+    assert session.recent_prompts[-1] == "three"
+
+
+@pytest.fixture
+def no_task_runs(monkeypatch):
+    """Queued tasks stay queued (the suite runs them at once): the flush task queued at a
+    mark waits, as it waits out the debounce in a deployment."""
+    monkeypatch.setattr(Conf, "SYNC", False)
+
+
+@pytest.mark.django_db(transaction=True)  # the checkpoint's reference is checked at COMMIT
+@pytest.mark.usefixtures("no_task_runs")
+def test_a_due_checkpoint_whose_parent_goes_before_the_write_starts_over(
+    client_for, owner, monkeypatch
+):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("pre_compact_manual"))  # the parent-to-be
+    _due_at_the_next_prompt(hook)
+    built = []
+
+    def the_prune_runs_after_the_build(**kwargs):
+        built.append(pending_checkpoint_if_due(**kwargs))
+        Checkpoint.objects.all().delete()
+        return built[-1]
+
+    monkeypatch.setattr(handlers, "pending_checkpoint_if_due", the_prune_runs_after_the_build)
+    response = send(hook, payload("user_prompt_submit", prompt="three"))
+    assert response.status_code == 200
+    # Built on a parent that had gone by COMMIT: nothing was written, and the prompt started
+    # over, on a session with no checkpoint left.
+    assert [checkpoint.parent_id is not None for checkpoint in built] == [True, False]
+    written = Checkpoint.objects.get()
+    assert (written.parent_id, written.recent_prompts) == (None, ["one", "two"])
+    session = Session.objects.get()
+    assert (session.prompt_count, session.checkpoint_pending_since) == (3, None)

@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from checkpoints.models import ContinuityConfig, Session, Trigger
+from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.sessions import session_save_changed, session_values
-from checkpoints.services.store import checkpoint_write
+from checkpoints.services.store import checkpoint_build, checkpoint_save, checkpoint_write
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,20 @@ def pending_mark(*, session: Session, now: datetime) -> bool:
 
 def pending_flush_if_due(*, session: Session, config: ContinuityConfig, now: datetime) -> None:
     """Write the locked session's pending checkpoint once its debounce has passed."""
-    if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
-        checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+    checkpoint = pending_checkpoint_if_due(session=session, config=config, now=now)
+    if checkpoint is not None:
+        checkpoint_save(checkpoint=checkpoint, config=config)
+
+
+def pending_checkpoint_if_due(
+    *, session: Session, config: ContinuityConfig, now: datetime
+) -> Checkpoint | None:
+    """The session's pending checkpoint, built but not saved (``checkpoint_build``), once its
+    debounce has passed; None while it is not due, or none is pending. The caller saves it
+    (``checkpoint_save``) with the session row."""
+    if not pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
+        return None
+    return checkpoint_build(session=session, trigger=Trigger.PERIODIC, now=now)
 
 
 def pending_flush_now(*, session: Session, config: ContinuityConfig, now: datetime) -> None:
@@ -86,12 +98,15 @@ def pending_enqueue(*, session_id: int) -> None:
 
     The task is named by its dotted path, so nothing here imports the task module. Failing
     to queue (broker down) loses nothing: the mark stays in the database and the next event
-    of the session or the sweep writes it.
+    of the session or the sweep writes it. With the database as the broker, queueing is an
+    INSERT: on SQLite it waits its turn on the writers' lock, not in SQLite's sleeping busy
+    handler.
     """
     from django_q.tasks import async_task
 
     try:
-        async_task(FLUSH_TASK, session_id, task_name="checkpoint-flush")
+        with write_serialized():
+            async_task(FLUSH_TASK, session_id, task_name="checkpoint-flush")
     except Exception:
         logger.exception("could not queue the checkpoint flush of session %s", session_id)
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DEFERRED, Field, Model
+from django.db.models import DEFERRED, Field
 
 from checkpoints.models import Session
 from checkpoints.services.locks import write_serialized
@@ -68,11 +68,11 @@ def session_lock(
     return created
 
 
-def session_insert(*, session: Session, belonging: Sequence[Model] = ()) -> bool:
-    """Insert the new ``session`` (``session_new``), and rows that belong to it, in one
-    transaction; True when written. False, with nothing written, when one of them cannot be:
-    the owner has a session of that key already (another worker created it first), or a row
-    refers to one that has gone since it was read.
+def session_insert(*, session: Session, together: Callable[[], None] | None = None) -> bool:
+    """Insert the new ``session`` (``session_new``), and the rows ``together`` writes, which
+    belong to it, in one transaction; True when written. False, with nothing written, when
+    one of them cannot be: the owner has a session of that key already (another worker
+    created it first), or a row refers to one that has gone since it was read.
 
     Its project was identified when it was made, so on SQLite the writers' lock is held for
     the INSERTs (and their compilation by the ORM) alone (``engine._prompt_unlocked``).
@@ -82,7 +82,7 @@ def session_insert(*, session: Session, belonging: Sequence[Model] = ()) -> bool
         session.save(force_insert=True)
         return True
 
-    return _written_together(insert, belonging)
+    return _written_together(insert, together)
 
 
 def session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> Session:
@@ -240,11 +240,12 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     return SessionRead(session=session, values=_copied(values))
 
 
-def session_swap(*, read: SessionRead, belonging: Sequence[Model] = ()) -> bool:
+def session_swap(*, read: SessionRead, together: Callable[[], None] | None = None) -> bool:
     """Write back the loaded columns of ``read.session`` that changed since it was read, in
-    one UPDATE, if no one wrote the row since, with the new rows ``belonging`` to it in the
-    same transaction; True when written. False, with nothing written, when the row changed
-    since it was read, or one of the new rows refers to one that has gone since.
+    one UPDATE, if no one wrote the row since, with the rows ``together`` writes (which
+    belong to it) in the same transaction; True when written. False, with nothing written,
+    when the row changed since it was read, or one of the new rows refers to one that has
+    gone since.
 
     What to write is worked out before the writers' lock is taken. The row's new version is
     not loaded: a session read is written back once.
@@ -266,24 +267,24 @@ def session_swap(*, read: SessionRead, belonging: Sequence[Model] = ()) -> bool:
     def update() -> bool:
         return statement_run(statement=statement, params=params).rowcount == 1
 
-    if not belonging:
+    if together is None:
         # On SQLite, the one statement queues on the writers' lock like every other write.
         with write_serialized():
             return update()
-    return _written_together(update, belonging)
+    return _written_together(update, together)
 
 
-def _written_together(write: Callable[[], bool], belonging: Sequence[Model]) -> bool:
-    """Run ``write`` (the session row's own; False when it did not apply) and insert the rows
-    ``belonging`` to the session, in one transaction on the writers' lock. True when all
-    were written; False, with nothing written, when ``write`` did not apply or a row breaks
-    a constraint (checked at COMMIT: a reference to a row that has gone since)."""
+def _written_together(write: Callable[[], bool], together: Callable[[], None] | None) -> bool:
+    """Run ``write`` (the session row's own; False when it did not apply), then ``together``
+    (the rows that belong to the session), in one transaction on the writers' lock. True
+    when all were written; False, with nothing written, when ``write`` did not apply or a
+    row breaks a constraint (checked at COMMIT: a reference to a row that has gone since)."""
     try:
         with write_serialized(), transaction.atomic():
             if not write():
                 return False
-            for row in belonging:
-                row.save(force_insert=True)
+            if together is not None:
+                together()
     except IntegrityError:
         return False
     return True

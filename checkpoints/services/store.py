@@ -141,6 +141,34 @@ def checkpoint_write(
     The oldest checkpoints beyond ``max_checkpoints_per_session`` go in the same transaction.
     Every text is redacted here, whatever the caller did.
     """
+    checkpoint = checkpoint_build(session=session, trigger=trigger, now=now, content=content)
+    checkpoint_save(checkpoint=checkpoint, config=config)
+    return checkpoint
+
+
+def checkpoint_save(*, checkpoint: Checkpoint, config: ContinuityConfig) -> None:
+    """Insert a checkpoint made by ``checkpoint_build`` and drop its session's oldest beyond
+    ``max_checkpoints_per_session``, in the caller's transaction (the one that writes the
+    session row ``checkpoint_build`` changed)."""
+    checkpoint.save(force_insert=True)
+    _enforce_cap(session=checkpoint.session, keep=config.max_checkpoints_per_session)
+
+
+def checkpoint_build(
+    *,
+    session: Session,
+    trigger: str,
+    now: datetime,
+    content: CheckpointContent | None = None,
+) -> Checkpoint:
+    """The checkpoint of ``session`` now, not saved: ``checkpoint_write`` without the writes.
+
+    It reads the session's latest checkpoint (its parent), and changes the session's
+    checkpoint bookkeeping in memory as ``checkpoint_write`` does. For a caller that reads
+    without a lock and writes the row and the checkpoint in one short transaction
+    (``engine._prompt_unlocked``): a checkpoint written meanwhile by anyone else changed the
+    session row, so that write does not apply and the caller starts over.
+    """
     content = dataclasses.replace(content) if content else CheckpointContent()
     parent = (
         Checkpoint.objects.filter(session=session)
@@ -187,9 +215,7 @@ def checkpoint_write(
     checkpoint.digest = redact(
         content.narrative or digest_render(session=session, checkpoint=checkpoint, now=now)
     )
-    checkpoint.save(force_insert=True)
-    session.created_now = False  # it has a checkpoint now
-    _enforce_cap(session=session, keep=config.max_checkpoints_per_session)
+    session.created_now = False  # it has a checkpoint now (once saved)
     if trigger != Trigger.PERIODIC:
         # A periodic checkpoint's slot was claimed when it was marked; any other checkpoint
         # starts the periodic count afresh.

@@ -7,8 +7,9 @@ FOR UPDATE`` on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers). 
 exception is the commonest event, a live prompt: it reads the row without a lock and writes
 it back in one UPDATE that applies only if the row is unchanged, else it tries again
 (``_prompt_unlocked``). A session's first prompt is applied to a new row that is then
-inserted, and a prompt owed a recovery context looks it up before its write; so on SQLite,
-where writers take turns, a prompt's turn holds no reads and little Python. Both paths run the same
+inserted, a prompt owed a recovery context looks it up before its write, and a prompt whose
+periodic checkpoint fell due builds it before its write; so on SQLite, where writers take
+turns, a prompt's turn holds no reads and little Python. Both paths run the same
 ``_apply``, which hands the event to its kind's handler (``handlers.py``: what each event
 does).
 """
@@ -41,13 +42,13 @@ from checkpoints.services.sessions import (
     session_swap,
     session_values,
 )
-from checkpoints.services.store import CheckpointContent
+from checkpoints.services.store import CheckpointContent, checkpoint_save
 
 logger = logging.getLogger(__name__)
 
 # The columns a prompt reads or writes on the unlocked path (a recovery's included). The
-# locked path loads the whole row: a prompt takes it when it writes a due checkpoint, is a
-# replay or carries an Idempotency-Key, or lost the unlocked race too often.
+# locked path loads the whole row: a prompt takes it when it is a replay or carries an
+# Idempotency-Key, or lost the unlocked race too often.
 PROMPT_FIELDS = (
     "id",
     "owner_id",
@@ -82,6 +83,9 @@ PROMPT_FIELDS = (
     "pressure_reminder_count",
     "row_version",
 )
+# Every column: what a prompt reads once its periodic checkpoint is due (the checkpoint
+# takes the whole row).
+ALL_FIELDS = tuple(field.attname for field in Session._meta.concrete_fields)
 # Tries of the unlocked prompt path before it queues for the row lock instead.
 UNLOCKED_ATTEMPTS = 3
 
@@ -124,8 +128,7 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
             now = max(now, timezone.now())
         step = _apply(session, event, config, now, content)
         session_save_changed(session=session, before=before)
-        if step.injection is not None:
-            step.injection.save(force_insert=True)
+        _step_rows_save(step, config)
         if step.newly_pending:
             transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
     return Outcome(context="" if replayed else step.context)
@@ -170,33 +173,54 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     A session's first prompt is applied to a new row, which is then inserted
     (``session_insert``); if another worker inserted it first, start over. A recovery the
     prompt owes is looked up before the write, and its audit row written in the same
-    transaction. Nothing is held while Python works or reads, and a later prompt costs two
-    statements. None when this prompt needs more than its own row (a pending checkpoint is
-    past its debounce) or lost the race ``UNLOCKED_ATTEMPTS`` times: the caller then takes
-    the locked path.
+    transaction. So is a periodic checkpoint past its debounce: the whole row is read, the
+    checkpoint built from it (its parent looked up), and written with the row; whoever wrote
+    a checkpoint meanwhile changed the row, so ours is not written and we start over.
+    Nothing is held while Python works or reads, and a later prompt costs two statements.
+    None when the row went between the two reads or the prompt lost the race
+    ``UNLOCKED_ATTEMPTS`` times: the caller then takes the locked path.
     """
     for _ in range(UNLOCKED_ATTEMPTS):
         read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
         now = timezone.now()  # after the read: no mark on the row lies in our future
+        if read is not None and pending_due(
+            pending_since=read.session.checkpoint_pending_since, config=config, now=now
+        ):
+            # The periodic checkpoint it writes takes the whole row.
+            read = session_read(owner=owner, session_key=event.session_key, fields=ALL_FIELDS)
+            if read is None:  # deleted meanwhile
+                return None
+            now = timezone.now()
         if read is None:
             session = session_new(
                 owner=owner, session_key=event.session_key, seed=_session_seed(event), now=now
             )
         else:
             session = read.session
-            if pending_due(pending_since=session.checkpoint_pending_since, config=config, now=now):
-                return None
         step = _apply(session, event, config, now, None)
-        audit = [step.injection] if step.injection is not None else []
+        together = (
+            partial(_step_rows_save, step, config)
+            if step.checkpoint is not None or step.injection is not None
+            else None
+        )
         if read is None:
-            written = session_insert(session=session, belonging=audit)
+            written = session_insert(session=session, together=together)
         else:
-            written = session_swap(read=read, belonging=audit)
+            written = session_swap(read=read, together=together)
         if written:
             if step.newly_pending:
                 transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)
     return None
+
+
+def _step_rows_save(step: Step, config: ContinuityConfig) -> None:
+    """Save the rows a handler built for the session's transaction: a prompt's due periodic
+    checkpoint (with the per-session cap) and a recovery context's audit."""
+    if step.checkpoint is not None:
+        checkpoint_save(checkpoint=step.checkpoint, config=config)
+    if step.injection is not None:
+        step.injection.save(force_insert=True)
 
 
 def _delivery_claim(*, owner: User, key: str, now: datetime) -> bool:

@@ -3,8 +3,9 @@
 A handler runs inside the event's transaction with the session row locked (or, for a live
 prompt, on a row read without a lock and written back only if unchanged, or on a new row not
 yet inserted), changes the row in memory, and says in a ``Step`` what else it decided: the
-context to inject and its audit row (saved by the caller with the session row), and whether
-it marked a periodic checkpoint pending. Every text in the event and its transcript facts is
+context to inject and its audit row, a prompt's periodic checkpoint that fell due (both
+saved by the caller with the session row), and whether it marked a periodic checkpoint
+pending. Every text in the event and its transcript facts is
 already redacted and cut to size (``events.event_prepare``).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from checkpoints.harnesses.base import Event, EventKind
-from checkpoints.models import ContinuityConfig, Injection, Session, Trigger
+from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
 from checkpoints.services.events import (
     MAX_FILES,
     MAX_PROMPTS,
@@ -25,6 +26,7 @@ from checkpoints.services.events import (
     query_terms,
 )
 from checkpoints.services.pending import (
+    pending_checkpoint_if_due,
     pending_flush_if_due,
     pending_flush_now,
     pending_mark_if_due,
@@ -50,6 +52,9 @@ class Step:
 
     context: str = ""
     newly_pending: bool = False
+    # A prompt's periodic checkpoint that fell due, built but not saved: the caller saves it
+    # in the transaction that writes the session row, which it changed.
+    checkpoint: Checkpoint | None = None
     # The audit of a recovery context in ``context``: the caller saves it in the transaction
     # that writes the session row (no row, no injection).
     injection: Injection | None = None
@@ -168,7 +173,8 @@ def _on_session_start(
 def _on_prompt(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> Step:
-    pending_flush_if_due(session=session, config=config, now=now)
+    # Of the session as it was before this prompt; written by the caller.
+    due = pending_checkpoint_if_due(session=session, config=config, now=now)
     text = event.prompt  # redacted before anything is derived from it
     session.prompt_count += 1
     session.changed_since_checkpoint = True
@@ -183,7 +189,10 @@ def _on_prompt(
             # A repeated set of terms moves to the end instead of pushing others out.
             queries = [query for query in session.recent_queries if query != terms]
             session.recent_queries = _push(queries, terms, MAX_QUERIES)
-    step = Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
+    step = Step(
+        newly_pending=pending_mark_if_due(session=session, config=config, now=now),
+        checkpoint=due,
+    )
     pressure_acted_expire(session=session, config=config)
     if event.queued_at is not None:
         return step
