@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import threading
 
 import pytest
@@ -19,6 +20,7 @@ from checkpoints.models import ThrottleCounter
 from checkpoints.services import host_counters, throttling
 from checkpoints.services.host_counters import (
     FILE_SIZE,
+    GRACE_SECONDS,
     SLOTS,
     HostCountersUnavailable,
     host_counter_increment,
@@ -109,8 +111,20 @@ def test_a_closed_windows_slot_is_taken_by_the_next_bucket(path, monkeypatch):
     assert count("read:1") == 1
     assert count(other) == 1  # the slot is live: counted in the database
     assert rows() == {other: 1}
-    assert count(other, now=NOW + 60) == 1  # the next minute: the slot is free again
+    # The next minute, once the grace after the window's end is over: the slot is free.
+    assert count(other, now=MINUTE_END + GRACE_SECONDS) == 1
     assert rows() == {other: 1}
+
+
+def test_a_slot_stays_its_buckets_for_a_moment_after_its_window(path, monkeypatch):
+    monkeypatch.setattr(host_counters, "PROBES", 1)
+    [other] = colliding("read:1", 1)
+    assert count("read:1") == 1
+    # Another bucket's request, its clock just past the window's end, must not take the slot
+    # of a request that read its clock just before it and is still on its way to the lock.
+    assert count(other, now=MINUTE_END + 1) == 1
+    assert rows() == {other: 1}  # counted in the database instead
+    assert count("read:1", now=MINUTE_END - 0.001) == 2
 
 
 def test_a_full_neighbourhood_overflows_to_the_database_and_the_count_carries_back(
@@ -126,10 +140,11 @@ def test_a_full_neighbourhood_overflows_to_the_database_and_the_count_carries_ba
     # The first bucket's window closes while the third's is still open: the third takes the
     # freed slot, starting from the three requests the database counted (one read), and is
     # counted in the file from there on.
+    freed = MINUTE_END + GRACE_SECONDS
     with django_assert_num_queries(1):
-        assert count(third, duration=3600, now=MINUTE_END) == 4
+        assert count(third, duration=3600, now=freed) == 4
     with django_assert_num_queries(0):
-        assert count(third, duration=3600, now=MINUTE_END + 1) == 5
+        assert count(third, duration=3600, now=freed + 1) == 5
     assert rows() == {third: 3}
     assert count(third, duration=3600, now=HOUR_END) == 1  # its next window
 
@@ -153,6 +168,23 @@ def test_a_file_of_the_size_but_not_ours_is_refused(path):
             overflow_increment=lambda: 0,
             overflow_count=lambda: 0,
         )
+
+
+def test_a_file_made_in_part_is_completed(path):
+    with open(path, "wb") as part:
+        part.write(bytes(100))  # a crash, or a full disk, while it was being made
+    assert count("read:1") == 1
+    assert count("read:1") == 2
+    with open(path, "rb") as made:
+        assert len(made.read()) == FILE_SIZE
+
+
+def test_a_file_deleted_under_a_worker_is_let_go_for_the_new_one(path):
+    assert [count("read:1") for _ in range(3)] == [1, 2, 3]
+    os.remove(path)  # someone cleans the data folder while the service runs
+    assert count("read:1") == 1  # a new file: every worker counts in it from now on
+    assert count("read:1") == 2
+    assert os.path.getsize(path) == FILE_SIZE
 
 
 def test_clearing_forgets_every_count(path):

@@ -283,9 +283,9 @@ def test_a_due_checkpoint_that_the_flush_task_writes_meanwhile_is_written_once(
 
     monkeypatch.setattr(engine, "session_read", read_then_the_task_flushes)
     send(hook, payload("user_prompt_submit", prompt="three"))
-    # Our write-back found the row changed, read it again: nothing was due any more.
+    # Our write-back found the row changed, read it (whole) again: nothing was due any more.
     assert [len(read.values) for read in reads] == [
-        len(PROMPT_FIELDS), len(engine.ALL_FIELDS), len(PROMPT_FIELDS)
+        len(PROMPT_FIELDS), len(engine.ALL_FIELDS), len(engine.ALL_FIELDS)
     ]  # fmt: skip
     assert Checkpoint.objects.count() == 1
     assert Checkpoint.objects.get().recent_prompts == ["one", "two"]
@@ -327,3 +327,34 @@ def test_a_due_checkpoint_whose_parent_goes_before_the_write_starts_over(
     assert (written.parent_id, written.recent_prompts) == (None, ["one", "two"])
     session = Session.objects.get()
     assert (session.prompt_count, session.checkpoint_pending_since) == (3, None)
+
+
+@pytest.mark.django_db(transaction=True)  # the audit row's reference is checked at COMMIT
+@pytest.mark.usefixtures("no_task_runs")
+def test_a_prompt_owed_a_recovery_whose_checkpoint_falls_due_recovers_from_that_checkpoint(
+    client_for, owner
+):
+    config = config_get()
+    config.max_checkpoints_per_session = 1  # the new checkpoint drops the one before it
+    config.prompt_interval = 2
+    config_save(config=config)
+    config_cache_clear()
+    hook = client_for(owner, "ingest")
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("pre_compact_manual"))  # the checkpoint before
+    send(hook, payload("user_prompt_submit", prompt="go on"))  # injects the compaction's
+    send(hook, payload("user_prompt_submit", prompt="one"))  # marks a periodic one pending
+    assert Session.objects.get().checkpoint_pending_since is not None
+    # A compaction whose SessionStart injected nothing: the next prompt owes a recovery.
+    Session.objects.update(recovery_due=True, compaction_recovered=False)
+    response = send(hook, payload("user_prompt_submit", prompt="three"))
+    assert response.status_code == 200
+    # The prompt wrote the due checkpoint, the session's latest, and recovered from it (not
+    # from the one it dropped, which the audit row could not refer to).
+    written = Checkpoint.objects.get()
+    assert written.trigger == "periodic"
+    assert written.recent_prompts[-2:] == ["go on", "one"]
+    injection = Injection.objects.order_by("-created_at").first()
+    assert injection is not None
+    assert (injection.source, injection.checkpoint_id) == ("prompt", written.pk)
+    assert injection.match == "session"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.core.cache import caches
@@ -110,10 +111,16 @@ def test_a_counter_counts_each_request_once_per_window(counter_store):
     assert ThrottleCounter.objects.count() == (3 if in_rows else 0)
 
 
-def test_a_sqlite_database_keeps_its_counters_in_a_file_beside_it():
-    name = connection.settings_dict["NAME"]
-    expected = f"{name}-counters-v1" if connection.vendor == "sqlite" else None
-    assert throttling.counters_file(alias=DEFAULT_DB_ALIAS) == expected
+@pytest.mark.usefixtures("read_rate_3_per_minute")
+def test_a_request_is_counted_in_the_file_on_sqlite_and_in_a_row_otherwise(owner, make_token):
+    counters = Path(f"{connection.settings_dict['NAME']}-counters-v1")
+    before = counters.read_bytes() if counters.exists() else b""
+    assert bearer(make_token(owner, "read")).get(WHOAMI).status_code == 200
+    if connection.vendor == "sqlite":
+        assert counters.read_bytes() != before
+        assert not ThrottleCounter.objects.exists()
+    else:  # PostgreSQL without Redis: a row
+        assert ThrottleCounter.objects.get().count == 1
 
 
 @pytest.mark.usefixtures("database_counters")

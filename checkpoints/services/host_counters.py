@@ -19,11 +19,16 @@ counted, and a slot claimed in such a window starts from the bucket's database c
 request is never counted twice or lost, however full the file.
 
 The whole file is allocated on disk when it is made: a write to a mapped page that the disk
-cannot hold would kill the process (SIGBUS) instead of raising an error.
+cannot hold would kill the process (SIGBUS) instead of raising an error. (That makes it
+unlikely, not impossible: another program may cut the file short, and a copy-on-write file
+system may still need space for a write.) A file made only in part (a crash, a full disk) is
+completed when next opened; a file deleted or replaced under running workers is seen at
+their next count, and they map the one now at the path, so all count in one file.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import mmap
@@ -41,6 +46,9 @@ COUNT = struct.Struct("<q")
 COUNT_OFFSET = 24  # of the count within a slot
 SLOTS = 16384
 PROBES = 64
+# A slot is free this long after its window closed: a request that read the clock just
+# before the window's end, then waited for the lock, still finds its slot.
+GRACE_SECONDS = 2
 FILE_SIZE = HEADER_SIZE + SLOTS * SLOT.size  # 512 KiB
 SUFFIX = "-counters-v1"  # a new layout takes a new name: old and new never share a file
 
@@ -84,8 +92,7 @@ def host_counter_increment(
     digest = hashlib.blake2b(bucket.encode(), digest_size=16).digest()
     start = int.from_bytes(digest[:8], "little") % SLOTS
     with _lock:
-        mapped = _map(path)
-        fcntl.flock(mapped.fd, fcntl.LOCK_EX)
+        mapped = _locked(path)
         try:
             return _count(
                 mapped.memory,
@@ -103,8 +110,7 @@ def host_counter_increment(
 def host_counters_clear(*, path: str) -> None:
     """Forget every count in the file (the test suite, between tests)."""
     with _lock:
-        mapped = _map(path)
-        fcntl.flock(mapped.fd, fcntl.LOCK_EX)
+        mapped = _locked(path)
         try:
             mapped.memory[HEADER_SIZE:] = bytes(FILE_SIZE - HEADER_SIZE)
             HEADER.pack_into(mapped.memory, 0, MAGIC, 0)
@@ -129,7 +135,7 @@ def _count(
         if end == window_end and found == digest:
             COUNT.pack_into(memory, offset + COUNT_OFFSET, count + 1)
             return int(count + 1)
-        if end <= now:  # closed, or never used
+        if end + GRACE_SECONDS <= now:  # closed a while ago, or never used
             if free is None:
                 free = offset
             if end == 0:
@@ -138,6 +144,9 @@ def _count(
                 break
     _, overflowed_until = HEADER.unpack_from(memory, 0)
     if free is None:
+        # Rare (64 live buckets on one bucket's way), and slow: the database's write, with
+        # every count of the host waiting on this lock. Until the window ends, a slot
+        # claimed in it first reads the database (one look-up per bucket and window).
         HEADER.pack_into(memory, 0, MAGIC, max(overflowed_until, window_end))
         return overflow_increment()
     total = 1 + (overflow_count() if window_end <= overflowed_until else 0)
@@ -148,6 +157,26 @@ def _count(
     return total
 
 
+def _locked(path: str) -> _Mapped:
+    """``path``'s mapping, with the file's lock held; the caller unlocks it. A file deleted
+    or replaced since it was mapped is let go, and the one at the path now mapped."""
+    mapped = _map(path)
+    fcntl.flock(mapped.fd, fcntl.LOCK_EX)
+    if os.fstat(mapped.fd).st_nlink > 0:
+        return mapped
+    fcntl.flock(mapped.fd, fcntl.LOCK_UN)
+    _forget(path)
+    mapped = _map(path)
+    fcntl.flock(mapped.fd, fcntl.LOCK_EX)
+    return mapped
+
+
+def _forget(path: str) -> None:
+    mapped = _mapped.pop(path)
+    mapped.memory.close()
+    os.close(mapped.fd)
+
+
 def _map(path: str) -> _Mapped:
     mapped = _mapped.get(path)
     if mapped is not None:
@@ -155,9 +184,7 @@ def _map(path: str) -> _Mapped:
             return mapped
         # A forked child: its inherited descriptor shares the parent's lock, so it opens
         # its own (the inherited one closes without touching the parent's lock).
-        mapped.memory.close()
-        os.close(mapped.fd)
-        del _mapped[path]
+        _forget(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
@@ -166,10 +193,10 @@ def _map(path: str) -> _Mapped:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             size = os.fstat(fd).st_size
-            if size == 0:  # new: made whole on disk before anything is mapped
-                _allocate(fd)
-            elif size != FILE_SIZE:
+            if size > FILE_SIZE:
                 raise HostCountersUnavailable(f"{os.path.basename(path)} is {size} bytes")
+            if size < FILE_SIZE:  # new, or made in part: whole on disk before it is mapped
+                _allocate(fd, size)
             memory = mmap.mmap(fd, FILE_SIZE)
             magic, _ = HEADER.unpack_from(memory, 0)
             if magic != MAGIC:
@@ -189,9 +216,14 @@ def _map(path: str) -> _Mapped:
     return mapped
 
 
-def _allocate(fd: int) -> None:
+def _allocate(fd: int, size: int) -> None:
+    """Make the file ``FILE_SIZE`` bytes, all of them on disk; what it holds is kept."""
     allocate = getattr(os, "posix_fallocate", None)
     if allocate is not None:
-        allocate(fd, 0, FILE_SIZE)
-    else:  # no fallocate (macOS): write the zeros
-        os.pwrite(fd, bytes(FILE_SIZE), 0)
+        try:
+            allocate(fd, 0, FILE_SIZE)
+            return
+        except OSError as exc:  # a file system without it
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    os.pwrite(fd, bytes(FILE_SIZE - size), size)  # no fallocate (macOS): write the zeros

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -102,10 +103,11 @@ def pending_enqueue(*, session_id: int) -> None:
     INSERT: on SQLite it waits its turn on the writers' lock, not in SQLite's sleeping busy
     handler.
     """
+    from django_q.conf import Conf
     from django_q.tasks import async_task
 
     try:
-        with write_serialized():
+        with write_serialized() if Conf.ORM else nullcontext():
             async_task(FLUSH_TASK, session_id, task_name="checkpoint-flush")
     except Exception:
         logger.exception("could not queue the checkpoint flush of session %s", session_id)

@@ -57,10 +57,13 @@ def recovery_find(
     config: ContinuityConfig,
     now: datetime,
     previous_session_key: str = "",
+    latest: Checkpoint | None = None,
 ) -> RecoveryMatch | None:
     """The checkpoint to recover from, in order: this session's own latest (no time window:
     this is what survives ``/compact``), the explicit predecessor's latest, then the latest of
     the same project within the recovery window. None when there is nothing to recover.
+    ``latest`` is the session's own latest when the event recovering writes one, built and
+    not saved yet (its transaction saves it before the injection that refers to it).
 
     For another session's checkpoint, its session's compaction summary comes in the same
     query (a join on the session's primary key), so recovery costs no extra query. A session
@@ -69,6 +72,8 @@ def recovery_find(
     """
     # Newest first; two checkpoints of one instant (a frozen clock, a coarse one) go by their
     # time-ordered ids, the later written first.
+    if latest is not None:
+        return RecoveryMatch(latest, "session")
     own = (
         None
         if session.created_now
@@ -448,14 +453,17 @@ def recovery_prepare(
     now: datetime,
     previous_session_key: str = "",
     budget: int | None = None,
+    latest: Checkpoint | None = None,
 ) -> tuple[RecoveryMatch, RecoveryContext] | None:
-    """Find the checkpoint ``session`` would recover from and render its context."""
+    """Find the checkpoint ``session`` would recover from (``recovery_find``) and render its
+    context."""
     match = recovery_find(
         owner=owner,
         session=session,
         config=config,
         now=now,
         previous_session_key=previous_session_key,
+        latest=latest,
     )
     if match is None:
         return None

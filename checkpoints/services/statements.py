@@ -1,11 +1,12 @@
 """The hook path's pre-built SQL statements, run on the database driver's own cursor.
 
-Each UserPromptSubmit runs three statements built once, with no ORM compilation: the
-throttle's upsert, the session's read and its write-back (``throttling.py``,
-``sessions.py``). Through Django's cursor each cost as much again as the statement itself
-on SQLite (measured: a 23 us upsert took 40 us): a cursor wrapper, SQLite's cursor subclass
-that rewrites ``%s`` into ``?`` at every call, the execute wrappers. ``statement_run`` keeps
-what of that matters and skips the rest:
+Each UserPromptSubmit runs up to three statements built once, with no ORM compilation: the
+throttle's upsert where the counters are database rows (PostgreSQL without Redis), the
+session's read and its write-back (``throttling.py``, ``sessions.py``). Through Django's
+cursor each cost as much again as the statement itself on SQLite (measured: a 23 us upsert
+took 40 us): a cursor wrapper, SQLite's cursor subclass that rewrites ``%s`` into ``?`` at
+every call, the execute wrappers. ``statement_run`` keeps what of that matters and skips
+the rest:
 
 - the connection is health-checked and opened as for any query, and a transaction that
   already failed refuses the statement (``TransactionManagementError``);

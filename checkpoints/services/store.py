@@ -171,7 +171,9 @@ def checkpoint_build(
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
     parent = (
-        Checkpoint.objects.filter(session=session)
+        None  # a session not inserted yet has none
+        if session.created_now
+        else Checkpoint.objects.filter(session=session)
         .order_by("-created_at", "-id")
         .only("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
         .first()

@@ -46,7 +46,8 @@ _BUCKET_MAX = ThrottleCounter._meta.get_field("bucket").max_length or 150
 
 
 class CounterUnavailable(Exception):
-    """The counter's store (Redis) could not be reached: the request cannot be counted."""
+    """The counter's store (Redis, SQLite's counters' file) could not be used: the request
+    cannot be counted."""
 
 
 class WindowCount(NamedTuple):

@@ -100,13 +100,13 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=int(os.environ.get("WEB_CONCURRENCY", "0")),
-            help="Web server processes (default: one per core, at most 4).",
+            help="Web server processes (default: one per core, at most 4, and one more).",
         )
         parser.add_argument(
             "--threads",
             type=int,
             default=int(os.environ.get("WEB_THREADS", "0")),
-            help="Request threads per web server process (default: 2 x cores + 1).",
+            help="Request threads per web server process (default: 2).",
         )
         parser.add_argument("--no-scheduler", action="store_true", help="Web server only.")
 

@@ -177,27 +177,31 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     checkpoint built from it (its parent looked up), and written with the row; whoever wrote
     a checkpoint meanwhile changed the row, so ours is not written and we start over.
     Nothing is held while Python works or reads, and a later prompt costs two statements.
-    None when the row went between the two reads or the prompt lost the race
-    ``UNLOCKED_ATTEMPTS`` times: the caller then takes the locked path.
+    None when the prompt lost the race ``UNLOCKED_ATTEMPTS`` times: the caller then takes
+    the locked path.
     """
-    for _ in range(UNLOCKED_ATTEMPTS):
-        read = session_read(owner=owner, session_key=event.session_key, fields=PROMPT_FIELDS)
+    fields: tuple[str, ...] = PROMPT_FIELDS
+    lost = 0
+    while lost < UNLOCKED_ATTEMPTS:
+        read = session_read(owner=owner, session_key=event.session_key, fields=fields)
         now = timezone.now()  # after the read: no mark on the row lies in our future
-        if read is not None and pending_due(
-            pending_since=read.session.checkpoint_pending_since, config=config, now=now
-        ):
-            # The periodic checkpoint it writes takes the whole row.
-            read = session_read(owner=owner, session_key=event.session_key, fields=ALL_FIELDS)
-            if read is None:  # deleted meanwhile
-                return None
-            now = timezone.now()
         if read is None:
             session = session_new(
                 owner=owner, session_key=event.session_key, seed=_session_seed(event), now=now
             )
         else:
             session = read.session
+            if fields is PROMPT_FIELDS and pending_due(
+                pending_since=session.checkpoint_pending_since, config=config, now=now
+            ):
+                fields = ALL_FIELDS  # the periodic checkpoint it writes takes the whole row
+                continue
         step = _apply(session, event, config, now, None)
+        if step.checkpoint is not None and read is not None and fields is PROMPT_FIELDS:
+            # Due at once, within the prompt (a usage mark with no debounce): built on a
+            # part of the row, each missing column would be a query of its own.
+            fields = ALL_FIELDS
+            continue
         together = (
             partial(_step_rows_save, step, config)
             if step.checkpoint is not None or step.injection is not None
@@ -211,6 +215,7 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
             if step.newly_pending:
                 transaction.on_commit(partial(pending_enqueue, session_id=session.pk))
             return Outcome(context=step.context)
+        lost += 1
     return None
 
 

@@ -89,9 +89,11 @@ def _recovery(
     event: Event,
     source: str,
     previous_key: str = "",
+    latest: Checkpoint | None = None,
 ) -> Step:
     """The recovery context to inject into ``session``, and its audit row; an empty step when
-    there is nothing to recover."""
+    there is nothing to recover. ``latest``: the session's own checkpoint that this event
+    writes, built but not saved yet."""
     prepared = recovery_prepare(
         owner=session.owner,
         session=session,
@@ -99,6 +101,7 @@ def _recovery(
         now=now,
         previous_session_key=previous_key,
         budget=_recovery_budget(config, event),
+        latest=latest,
     )
     if prepared is None:
         return Step()
@@ -199,7 +202,8 @@ def _on_prompt(
     # Owed when a compaction's SessionStart injected nothing, or no SessionStart came at all.
     if session.recovery_due:
         session.recovery_due = False
-        recovered = _recovery(session, config, now, event, "prompt")
+        # The checkpoint this prompt writes, if one fell due, is the session's latest.
+        recovered = _recovery(session, config, now, event, "prompt", latest=due)
         step.context, step.injection = recovered.context, recovered.injection
         if step.context:
             session.compaction_recovered = True
