@@ -47,18 +47,16 @@ ACCESS_LOG_FORMAT = (
 
 
 def default_workers() -> int:
-    """One web process per core (at most 4) and one more: a process whose requests all wait
-    on the database's write lock leaves its core to the others."""
-    return min(os.cpu_count() or 1, 4) + 1
+    """One web process per core, at most 4: each serves its requests on threads."""
+    return min(os.cpu_count() or 1, 4)
 
 
 def default_threads() -> int:
-    """Two request threads per process. A hook gives up the GIL for each database call and
-    must win it back after; with fewer threads to win it from, it holds the write lock for
-    less time. On two cores (``bench/hook_path.py``'s load, side by side, six alternating
-    runs each) 3 processes x 2 threads served UserPromptSubmit at about 1,445 and 1,355
-    req/s with 32 and 64 sessions, against 1,330 and 1,290 for 2 x 5, the bare view alike."""
-    return 2
+    """2 x cores + 1 request threads per process: the most granian takes without a warning.
+    Fewer (3 x 2 on two cores served hooks about 5 % faster in bench/hook_path.py) left too
+    few threads while a hung database held some: the outage test's replays fell out of
+    order."""
+    return 2 * (os.cpu_count() or 1) + 1
 
 
 def port_check(host: str, port: int) -> None:
@@ -100,13 +98,13 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=int(os.environ.get("WEB_CONCURRENCY", "0")),
-            help="Web server processes (default: one per core, at most 4, and one more).",
+            help="Web server processes (default: one per core, at most 4).",
         )
         parser.add_argument(
             "--threads",
             type=int,
             default=int(os.environ.get("WEB_THREADS", "0")),
-            help="Request threads per web server process (default: 2).",
+            help="Request threads per web server process (default: 2 x cores + 1).",
         )
         parser.add_argument("--no-scheduler", action="store_true", help="Web server only.")
 
