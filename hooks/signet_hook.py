@@ -22,7 +22,7 @@ Fail-open: whatever happens (server down, bad input, missing token, a bug here),
 code is 0, stdout holds a JSON object or nothing, and stderr at most one short line.
 Events that could not be delivered go to an outbox (one JSON line each, with the time they
 were queued) and are replayed, oldest first with their original idempotency key, by the next
-run, before its own event.
+run, before its own event; while the server cannot take them, that event queues behind them.
 
 Standard library only and Python 3.9+: it runs with whatever interpreter the machine has
 (the installer names a real one by its absolute path, with ``-S``: no site-packages needed).
@@ -962,25 +962,30 @@ def outbox_append(outbox: StrPath, entry: dict[str, Any]) -> None:
             handle.write(line)
 
 
-def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) -> int:
+def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) -> Delivery | None:
     """Resend queued events for ``url``, oldest first, within the deadline.
 
     Each keeps its original idempotency key, so one the server already has is not counted
     twice. Delivered and permanently refused entries leave the outbox; the rest stay.
-    Returns how many were delivered. Skipped when another hook is replaying.
+    Skipped when another hook is replaying.
+
+    Returns the answer the replay stopped on when the server could not take the events now
+    (no answer in time, 429 or 503), else None. A request with no answer may still be
+    carried out later (the server does not see the client give up), so nothing newer may be
+    sent after it: the caller queues its live event behind it instead.
     """
     path = os.fspath(outbox)
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
-        return 0
+        return None
     with _Locked(path + ".replay.lock", wait=0) as replaying:
         if not replaying:
-            return 0
+            return None
         # Reading is safe even without this lock (rewrites are atomic renames); it only
         # avoids reading while an append is half-written.
         with _Locked(path + ".lock", wait=min(1.0, deadline.remaining())):
             entries = [entry for entry in map(_parse_entry, _read_lines(path)) if entry]
         done: set[str] = set()
-        delivered = 0
+        stalled: Delivery | None = None
         for entry in entries:
             # Entries for another server wait for a hook that reaches that server.
             if entry["url"] != url:
@@ -994,13 +999,12 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
                 key=entry["key"],
                 timeout=deadline.remaining(),
             )
-            if result.delivered:
-                delivered += 1
-                done.add(entry["key"])
-            elif not result.retryable:
+            if result.delivered or not result.retryable:
                 done.add(entry["key"])
             elif result.status in (None, 429, 503):
-                break  # the server went away or asks to slow down; a 500 may be this entry
+                # The server went away or asks to slow down; a 500 may be this entry's own.
+                stalled = result
+                break
         if done:
             with _Locked(path + ".lock", wait=min(1.0, deadline.remaining())) as locked:
                 # Without the lock, leave the file alone: the entries are resent next time
@@ -1012,7 +1016,7 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
                         if (parsed := _parse_entry(line)) is None or parsed["key"] not in done
                     ]
                     _rewrite(path, _bounded(kept))
-        return delivered
+        return stalled
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -1124,12 +1128,19 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     body = _dumps(payload).encode("ascii")
     # Queued events first, oldest first, so that the server sees the session in the order
     # it happened; they get at most half the time left, the live event keeps the rest.
-    outbox_replay(
+    stalled = outbox_replay(
         options.outbox,
         url=options.endpoint,
         token=token,
         deadline=Deadline(deadline.remaining() * REPLAY_SHARE),
     )
+    if stalled is not None:
+        # Sent now, the live event could overtake a queued one the server takes later: it
+        # joins the queue behind them, and the agent goes on without waiting any longer.
+        if guard is not None:
+            guard.on_expiry = None
+        queue()
+        return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
     result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
     if guard is not None:
         guard.on_expiry = None

@@ -77,6 +77,34 @@ def recording_server(*responses: tuple[int, bytes]) -> Iterator[tuple[str, list[
         thread.join()
 
 
+@contextmanager
+def hanging_server() -> Iterator[tuple[str, Any]]:
+    """Accepts connections and reads them, never answering (a server whose database hangs);
+    yields its URL and a function counting the connections so far."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: len(held)
+    finally:
+        with suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
+        listener.close()
+        for conn in held:
+            conn.close()
+        thread.join(5)
+
+
 def closed_port_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -330,14 +358,14 @@ def test_an_overloaded_or_failing_server_gets_the_event_queued(env, outbox, stat
 
 def test_queued_events_are_replayed_once_with_their_original_keys(env, outbox):
     # The first run's prompt is queued; the second replays it (refused again) and queues
-    # its own; the third replays both, then sends its own.
+    # its own without sending it; the third replays both, then sends its own.
     busy = (503, b"")
-    with recording_server(busy, busy, busy, (200, b""), (200, b""), (200, REPLY)) as (
+    with recording_server(busy, busy, (200, b""), (200, b""), (200, REPLY)) as (
         url,
         received,
     ):
         run_hook(env, PROMPT, "--url", url)
-        run_hook(env, PROMPT, "--url", url)
+        second = run_hook(env, PROMPT, "--url", url)
         queued = [entry["key"] for entry in outbox_entries(outbox)]
         assert len(queued) == 2
 
@@ -346,18 +374,20 @@ def test_queued_events_are_replayed_once_with_their_original_keys(env, outbox):
 
         again = run_hook(env, PROMPT, "--url", url)
 
+    assert second.returncode == 0
+    assert b"on replaying the outbox" in second.stderr
     assert proc.stdout == REPLY  # only the live event's reply; replays print nothing
     assert again.stdout == b""
     keys = [request.headers["Idempotency-Key"] for request in received]
-    assert keys[:3] == [queued[0], queued[0], queued[1]]
-    assert keys[3:5] == queued  # replayed in their order, before the live event
-    live = keys[5]
-    assert received[5].body["hook_event_name"] == "SessionStart"
-    assert len(keys) == 7  # the fourth run replays nothing
+    assert keys[:2] == [queued[0], queued[0]]  # the second run's own went straight to the queue
+    assert keys[2:4] == queued  # replayed in their order, before the live event
+    live = keys[4]
+    assert received[4].body["hook_event_name"] == "SessionStart"
+    assert len(keys) == 6  # the fourth run replays nothing
     assert live not in queued
-    assert received[3].body["signet"]["queued_at"]
-    assert received[3].body["prompt"] == json.loads(PROMPT)["prompt"]
-    assert "queued_at" not in received[5].body["signet"]
+    assert received[2].body["signet"]["queued_at"]
+    assert received[2].body["prompt"] == json.loads(PROMPT)["prompt"]
+    assert "queued_at" not in received[4].body["signet"]
 
 
 def write_outbox(outbox: Path, *entries: dict[str, Any]) -> None:
@@ -395,12 +425,43 @@ def test_replay_drops_delivered_and_refused_and_keeps_the_rest(env, outbox):
         proc = run_hook(env, PROMPT, "--url", url)
 
     assert proc.returncode == 0
-    sent = [request.headers["Idempotency-Key"] for request in received[:-1]]
+    sent = [request.headers["Idempotency-Key"] for request in received]
     # Replays go before the live event. k3 was refused (400): dropped. k4 got a 500: kept,
-    # and the next is tried; k5 got a 503: the server is struggling, so the replay stops.
+    # and the next is tried; k5 got a 503: the server is struggling, so the replay stops
+    # and the live event is queued behind k5 unsent.
     assert sent == ["k1", "k2", "k3", "k4", "k5"]
-    assert received[-1].body["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
-    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k-other", "k4", "k5"]
+    left = outbox_entries(outbox)
+    assert [entry["key"] for entry in left[:3]] == ["k-other", "k4", "k5"]
+    assert len(left) == 4
+    assert left[3]["body"]["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
+
+
+def test_a_replay_whose_requests_all_got_an_answer_lets_the_live_event_go(env, outbox):
+    # k1's 500 may be its own fault: it stays queued, but it cannot land after the live
+    # event any more, so the live event is sent.
+    with recording_server((500, b""), (200, REPLY)) as (url, received):
+        write_outbox(outbox, queued("k1", url))
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert proc.stdout == REPLY
+    assert len(received) == 2
+    assert received[0].headers["Idempotency-Key"] == "k1"
+    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k1"]
+
+
+def test_a_replay_with_no_answer_in_time_queues_the_live_event_behind_it(env, outbox):
+    # The queued event's request may still be carried out after the client gave up on it:
+    # the live event must not overtake it, so it is queued, not sent.
+    with hanging_server() as (url, accepted):
+        write_outbox(outbox, queued("k1", url))
+        proc = run_hook(env, PROMPT, "--url", url, "--timeout", "1")
+
+    assert proc.returncode == 0
+    assert proc.stdout == b""
+    assert accepted() == 1  # the replay's request only
+    left = outbox_entries(outbox)
+    assert [entry["key"] for entry in left[:1]] == ["k1"]
+    assert left[1]["body"]["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
 
 
 def test_replay_is_skipped_while_another_hook_holds_the_replay_lock(env, outbox):
