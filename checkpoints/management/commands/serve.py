@@ -47,16 +47,20 @@ ACCESS_LOG_FORMAT = (
 
 
 def default_workers() -> int:
-    """One web process per core, at most 4: each serves its requests on threads."""
-    return min(os.cpu_count() or 1, 4)
+    """One web process per core (at most 4) and one more: a process whose requests all wait
+    on the database's write lock leaves its core to the others."""
+    return min(os.cpu_count() or 1, 4) + 1
 
 
 def default_threads() -> int:
-    """2 x cores + 1 request threads per process: the most granian takes without a warning.
-    Fewer (3 x 2 on two cores served hooks about 5 % faster in bench/hook_path.py) left too
-    few threads while a hung database held some: the outage test's replays fell out of
-    order."""
-    return 2 * (os.cpu_count() or 1) + 1
+    """Two request threads per process. A hook gives up the GIL at each database call and
+    lock, and must win it back after: with five threads a hook cost about 50 futex calls
+    (GIL hand-offs) in the web worker, with two about 17, for 9 in the bare view. Side by
+    side on two cores (``bench/hook_path.py``'s load, six alternating runs each) 3 processes
+    x 2 threads served UserPromptSubmit at about 1,445 and 1,355 req/s with 32 and 64
+    sessions, against 1,330 and 1,290 for 2 x 5, the bare view alike. A database that hangs
+    holds threads for its connect timeout; the hook client then queues, in order."""
+    return 2
 
 
 def port_check(host: str, port: int) -> None:
@@ -98,13 +102,13 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=int(os.environ.get("WEB_CONCURRENCY", "0")),
-            help="Web server processes (default: one per core, at most 4).",
+            help="Web server processes (default: one per core, at most 4, plus one).",
         )
         parser.add_argument(
             "--threads",
             type=int,
             default=int(os.environ.get("WEB_THREADS", "0")),
-            help="Request threads per web server process (default: 2 x cores + 1).",
+            help="Request threads per web server process (default: 2).",
         )
         parser.add_argument("--no-scheduler", action="store_true", help="Web server only.")
 
