@@ -485,8 +485,9 @@ def transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     """What the tail of the payload's Claude Code transcript says, as JSON values, or None.
 
     Read here, on the agent's machine, because the server never opens a file a request names.
-    Only PreCompact sends it: it runs once per compaction, so the reader's imports and its
-    read of at most the transcript's last 2 MiB cost nothing that matters.
+    Only PreCompact sends it, once per compaction; it reads at most the transcript's last
+    2 MiB, parsing each line with this client's JSON decoder (json's import is most of its
+    cost).
     """
     path = payload.get("transcript_path")
     if payload.get("hook_event_name") != "PreCompact" or not isinstance(path, str) or not path:
@@ -495,7 +496,7 @@ def transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
         from .transcripts.claude_code import read_transcript
     else:  # the installed command: this file's folder is on sys.path, not its parent
         from transcripts.claude_code import read_transcript  # type: ignore[import-not-found,no-redef]
-    facts = read_transcript(path)
+    facts = read_transcript(path, loads=_loads)
     return None if facts is None else facts.as_payload()
 
 

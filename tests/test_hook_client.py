@@ -1243,3 +1243,37 @@ def test_the_stop_path_imports_no_heavy_module_either(env, tmp_path):
         "typing", "urllib", "uuid",
     }  # fmt: skip
     assert set(proc.stderr.decode().split()) & heavy == set()
+
+
+def test_the_pre_compact_path_reads_the_transcript_without_heavy_modules(env, tmp_path):
+    # PreCompact reads up to 2 MiB of transcript; json, re and dataclasses (with inspect)
+    # took longer to import than that read, so the reader uses this client's decoder.
+    transcript = write_transcript(
+        tmp_path / "t.jsonl",
+        {"type": "user", "isSidechain": False, "gitBranch": "main",
+         "message": {"role": "user", "content": "Fix the retry loop."}},
+        assistant_line("msg_a", "req_a", 5, text="Looking at it."),
+    )  # fmt: skip
+    payload = json.loads((FIXTURES / "pre_compact_auto.json").read_text())
+    body = json.dumps({**payload, "transcript_path": str(transcript)}).encode()
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
+    )
+    with recording_server() as (url, received):
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
+            input=body,
+            capture_output=True,
+            env=env,
+            cwd=PROJECT_DIR,
+            timeout=15,
+            check=False,
+        )
+
+    sent = received[0].body["signet"]["transcript"]
+    assert sent["recent_prompts"] == ["Fix the retry loop."]
+    assert sent["last_assistant_message"] == "Looking at it."
+    assert sent["git_branch"] == "main"
+    heavy = {"collections", "dataclasses", "enum", "inspect", "json", "re", "typing"}
+    assert set(proc.stderr.decode().split()) & heavy == set()

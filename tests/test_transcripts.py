@@ -599,3 +599,47 @@ def test_a_file_that_fits_is_not_truncated(tmp_path):
     facts = read_transcript(path, max_bytes=path.stat().st_size)
 
     assert facts == fixture_facts()
+
+
+def test_a_skipped_line_gives_the_first_branch_name_without_quote_or_backslash(tmp_path):
+    # A name with an escaped quote cannot be read without parsing: the next one counts.
+    # (A JSON parse would give the last of the three.)
+    line = (
+        b'{"type":"user","toolUseResult":{},"gitBranch":"a\\"b",'
+        b'"message":{"content":[{"type":"tool_result"}]},"gitBranch":"fix/next",'
+        b'"gitBranch":"last"}'
+    )
+    path = tmp_path / "branch.jsonl"
+    path.write_bytes(line + b"\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.git_branch == "fix/next"
+
+
+def test_lines_are_parsed_with_the_decoder_given(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(f"{user('Only this one.')}\n")
+    seen: list[bytes] = []
+
+    def loads(line: bytes) -> Any:
+        seen.append(line)
+        return json.loads(line)
+
+    facts = read_transcript(path, loads=loads)
+
+    assert facts is not None
+    assert facts.recent_prompts == ("Only this one.",)
+    assert len(seen) == 1
+
+
+def test_facts_are_values_read_only_once_made():
+    item = TodoItem("Write it", "pending")
+
+    assert item == TodoItem("Write it", "pending", "")
+    assert item != TodoItem("Write it", "completed")
+    assert hash(item) == hash(TodoItem("Write it", "pending"))
+    assert "content='Write it'" in repr(item)
+    with pytest.raises(AttributeError):
+        item.status = "completed"

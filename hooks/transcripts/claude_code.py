@@ -8,19 +8,26 @@ The format is undocumented (see ``protocols.md`` §2); this reader trusts nothin
 the tail of the file is read, every line is parsed on its own, and a line that is not what we
 expect is skipped, so a half-written, truncated or corrupted transcript yields whatever facts
 its readable lines hold. Nothing here raises for I/O errors or bad content.
+
+The hook client imports it at PreCompact, where its imports were most of the run: json, re,
+dataclasses (and through it inspect) took about 20 ms, longer than reading 2 MiB. So it
+imports only what the interpreter has loaded already: the caller may pass its own JSON
+decoder (``json.loads`` otherwise), and the records are small classes of their own.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from .usage import SYNTHETIC_MODEL, UsageTracker, is_tool_result, iter_lines, read_tail
+
+TYPE_CHECKING = False  # typing's own import costs more than this module's work
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    _Json = dict[str, Any]
+    Loads = Callable[[Any], Any]
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 
@@ -56,23 +63,56 @@ ARTIFACT_PREFIXES = (
     "This session is being continued from a previous conversation",
 )
 
-_Json = dict[str, Any]
-
 # A branch with a quote or backslash in its name (escaped in JSON) just does not match here.
-_BRANCH_FIELD = re.compile(rb'"gitBranch":"([^"\\]+)"')
+_BRANCH_KEY = b'"gitBranch":"'
 
 
-@dataclass(frozen=True)
-class TodoItem:
+class _Record:
+    """A value object, as a frozen dataclass would be: made once, then read-only, compared,
+    hashed and shown by its fields (``__slots__``, in order)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Record)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+
+class TodoItem(_Record):
     """One entry of a ``TodoWrite`` list (content and active form clipped to 500 chars)."""
 
+    __slots__ = ("active_form", "content", "status")
     content: str
     status: str  # pending | in_progress | completed
-    active_form: str = ""
+    active_form: str
+
+    def __init__(self, content: str, status: str, active_form: str = "") -> None:
+        self._set(content=content, status=status, active_form=active_form)
 
 
-@dataclass(frozen=True)
-class TranscriptFacts:
+class TranscriptFacts(_Record):
     """What a transcript's tail says about where the session stands.
 
     ``current_task`` is the in_progress item(s) of the latest ``TodoWrite`` list, joined by
@@ -96,6 +136,49 @@ class TranscriptFacts:
     compactions: int
     truncated: bool
 
+    __slots__ = (
+        "compactions",
+        "context_tokens",
+        "current_task",
+        "git_branch",
+        "last_assistant_message",
+        "last_user_request",
+        "model",
+        "modified_files",
+        "recent_prompts",
+        "todos",
+        "truncated",
+    )
+
+    def __init__(
+        self,
+        *,
+        current_task: str,
+        todos: tuple[TodoItem, ...],
+        last_user_request: str,
+        recent_prompts: tuple[str, ...],
+        modified_files: tuple[str, ...],
+        last_assistant_message: str,
+        git_branch: str,
+        model: str,
+        context_tokens: int | None,
+        compactions: int,
+        truncated: bool,
+    ) -> None:
+        self._set(
+            current_task=current_task,
+            todos=todos,
+            last_user_request=last_user_request,
+            recent_prompts=recent_prompts,
+            modified_files=modified_files,
+            last_assistant_message=last_assistant_message,
+            git_branch=git_branch,
+            model=model,
+            context_tokens=context_tokens,
+            compactions=compactions,
+            truncated=truncated,
+        )
+
     def as_payload(self) -> dict[str, Any]:
         """The facts as JSON values, the shape the server reads from ``signet.transcript``."""
         return {
@@ -117,9 +200,13 @@ class TranscriptFacts:
 
 
 def read_transcript(
-    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    loads: Loads | None = None,
 ) -> TranscriptFacts | None:
-    """Facts from the last ``max_bytes`` of the transcript at ``path``.
+    """Facts from the last ``max_bytes`` of the transcript at ``path``, each line parsed with
+    ``loads`` (``json.loads`` by default).
 
     Returns None when the path is missing, is not a regular file or cannot be read. When the
     file is longer than ``max_bytes`` only its tail is read (``truncated`` is then True) and
@@ -134,23 +221,30 @@ def read_transcript(
     if tail is None:
         return None
     data, truncated = tail
-    return parse_lines(iter_lines(data), truncated=truncated)
+    return parse_lines(iter_lines(data), truncated=truncated, loads=loads)
 
 
-def parse_lines(lines: Iterable[str | bytes], *, truncated: bool = False) -> TranscriptFacts:
-    """Facts from transcript lines in file order; unreadable lines are skipped."""
+def parse_lines(
+    lines: Iterable[str | bytes], *, truncated: bool = False, loads: Loads | None = None
+) -> TranscriptFacts:
+    """Facts from transcript lines in file order, each parsed with ``loads`` (``json.loads``
+    by default); unreadable lines are skipped."""
+    if loads is None:
+        import json
+
+        loads = json.loads
     reader = _Reader()
     for raw in lines:
         if isinstance(raw, bytes) and is_tool_result(raw):
             reader.branch_hint(raw)
             continue
-        record = _decode(raw)
+        record = _decode(raw, loads)
         if record is not None:
             reader.feed(record)
     return reader.facts(truncated=truncated)
 
 
-def _decode(raw: str | bytes) -> _Json | None:
+def _decode(raw: str | bytes, loads: Loads) -> _Json | None:
     if not isinstance(raw, (str, bytes)):
         return None
     line = raw.strip()
@@ -159,7 +253,7 @@ def _decode(raw: str | bytes) -> _Json | None:
     if not is_object:
         return None
     try:
-        record = json.loads(line)
+        record = loads(line)
     except (ValueError, RecursionError):  # bad JSON, bad UTF-8, absurd nesting
         return None
     return record if isinstance(record, dict) else None
@@ -216,7 +310,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.todos: tuple[TodoItem, ...] = ()
-        self.prompts: deque[str] = deque(maxlen=MAX_PROMPTS)
+        self.prompts: list[str] = []  # the last MAX_PROMPTS
         self.last_user_request = ""
         # A dict is an insertion-ordered set: re-touching a file moves it to the end.
         self.modified: dict[str, None] = {}
@@ -249,10 +343,19 @@ class _Reader:
         # "summary" (legacy), "file-history-snapshot" and bookkeeping lines carry nothing here.
 
     def branch_hint(self, line: bytes) -> None:
-        """Take the branch from a line that is skipped without parsing."""
-        match = _BRANCH_FIELD.search(line)
-        if match:
-            self.git_branch = match.group(1).decode("utf-8", "replace")
+        """Take the branch from a line that is skipped without parsing: the first
+        ``"gitBranch":"<name>"`` whose name holds neither a quote nor a backslash."""
+        start = line.find(_BRANCH_KEY)
+        while start >= 0:
+            begin = start + len(_BRANCH_KEY)
+            end = line.find(b'"', begin)
+            if end < 0:
+                return
+            name = line[begin:end]
+            if name and b"\\" not in name:
+                self.git_branch = name.decode("utf-8", "replace")
+                return
+            start = line.find(_BRANCH_KEY, start + 1)
 
     def _user(self, record: _Json) -> None:
         if (
@@ -269,6 +372,8 @@ class _Reader:
             return
         self.last_user_request = _clip(text, MESSAGE_CHARS)
         self.prompts.append(_clip(text, PROMPT_CHARS))
+        if len(self.prompts) > MAX_PROMPTS:
+            del self.prompts[0]
 
     def _assistant(self, record: _Json) -> None:
         message = record.get("message")
