@@ -149,3 +149,28 @@ def test_a_new_sessions_first_prompt_reads_outside_its_transactions(client_for, 
     session = Session.objects.get(session_key="new")
     assert (session.prompt_count, session.recovery_due, session.row_version) == (1, False, 0)
     assert session.injections.get().source == "prompt"
+
+
+@pytest.mark.django_db(transaction=True)  # real transactions, not the test's savepoints
+def test_a_first_prompt_with_nothing_to_recover_is_one_insert_outside_any_transaction(
+    client_for, owner
+):
+    hook = client_for(owner, "ingest")
+    config_get()  # the policy's row, made on first use
+    with CaptureQueriesContext(connection) as captured:
+        response = send(hook, payload("user_prompt_submit", session_id="new", prompt="go on"))
+    assert response.json() == {}
+    # Nothing written beside the row: its INSERT is its own transaction, with no BEGIN and
+    # COMMIT around it (two round trips fewer on PostgreSQL).
+    outside, inside = _statements(captured)
+    assert inside == []
+    # The row (none yet), the known git top-levels, the project's latest checkpoint (none).
+    assert [statement for statement in outside if "checkpoints_apitoken" not in statement] == [
+        *(f"{verb} checkpoints_throttlecounter" for verb in throttle_statements()),
+        "SELECT checkpoints_session",
+        "SELECT checkpoints_session",
+        "SELECT checkpoints_checkpoint",
+        "INSERT checkpoints_session",
+    ]
+    session = Session.objects.get(session_key="new")
+    assert (session.prompt_count, session.recent_prompts) == (1, ["go on"])

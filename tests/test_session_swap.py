@@ -162,6 +162,17 @@ def test_a_prompt_that_keeps_losing_takes_the_locked_path(client_for, owner, mon
 
 
 def test_a_first_prompt_racing_another_workers_creation_counts_once(client_for, owner, monkeypatch):
+    _first_prompt_races_another_workers_creation(client_for, owner, monkeypatch)
+
+
+@pytest.mark.django_db(transaction=True)  # the INSERT is then its own transaction
+def test_a_first_prompt_racing_another_workers_creation_counts_once_in_autocommit(
+    client_for, owner, monkeypatch
+):
+    _first_prompt_races_another_workers_creation(client_for, owner, monkeypatch)
+
+
+def _first_prompt_races_another_workers_creation(client_for, owner, monkeypatch):
     hook = client_for(owner, "ingest")
     inserted = []
 

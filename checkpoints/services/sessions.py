@@ -76,12 +76,22 @@ def session_insert(*, session: Session, together: Callable[[], None] | None = No
 
     Its project was identified when it was made, so on SQLite the writers' lock is held for
     the INSERTs (and their compilation by the ORM) alone (``engine._prompt_unlocked``).
+    With nothing to write beside it, and no transaction under way, the INSERT is its own
+    transaction: on PostgreSQL a session's first prompt then makes one round trip for it
+    instead of three (BEGIN, INSERT, COMMIT).
     """
 
     def insert() -> bool:
         session.save(force_insert=True)
         return True
 
+    alias = router.db_for_write(Session) or "default"
+    if together is None and not connections[alias].in_atomic_block:
+        try:
+            with write_serialized():
+                return insert()
+        except IntegrityError:  # another worker created it first
+            return False
     return _written_together(insert, together)
 
 
