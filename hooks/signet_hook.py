@@ -72,6 +72,11 @@ MIN_REQUEST_SECONDS = 0.2
 WATCHDOG_GRACE_SECONDS = 1.0
 # Replaying the outbox (before the live event) may use this share of the time left.
 REPLAY_SHARE = 0.5
+# A replayed request that got no answer in time (or a proxy's 502 or 504: it gave up
+# waiting) may still be carried out: the live event is then queued behind it, not sent.
+_IN_FLIGHT = (None, 502, 504)
+# ...at most this many times for one entry, which then no longer holds the others back.
+MAX_REPLAY_STALLS = 3
 # Outbox appends wait at most this long for another hook's brief rewrite to finish.
 APPEND_LOCK_WAIT_SECONDS = 1.0
 GIT_MAX_LEVELS = 64
@@ -904,8 +909,12 @@ def _parse_entry(line: bytes) -> dict[str, Any] | None:
     if (
         isinstance(entry, dict)
         and isinstance(entry.get("key"), str)
+        # A key no header can carry would fail before it is sent, at every replay.
+        and entry["key"].isascii()
+        and entry["key"].isprintable()
         and isinstance(entry.get("url"), str)
         and isinstance(entry.get("body"), dict)
+        and isinstance(entry.get("stalls", 0), int)
     ):
         return entry
     return None
@@ -970,23 +979,27 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
     twice. Delivered and permanently refused entries leave the outbox; the rest stay.
     Skipped when another hook is replaying.
 
-    Returns the answer the replay stopped on when the server could not take the events now
-    (no answer in time, 429 or 503), else None. A request with no answer may still be
+    Returns the answer the replay stopped on when a request got no answer in time (or a
+    proxy's 502 or 504, which gave up waiting), else None. Such a request may still be
     carried out later (the server does not see the client give up), so nothing newer may be
-    sent after it: the caller queues its live event behind it instead.
+    sent after it: the caller queues its live event behind it instead. An entry that held
+    events back ``MAX_REPLAY_STALLS`` times no longer does (whatever it does to the server,
+    the agent's events must not queue behind it for ever). Another hook replaying holds this
+    one back until it is done, or returns its own verdict: still replaying at the deadline.
     """
     path = os.fspath(outbox)
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return None
-    with _Locked(path + ".replay.lock", wait=0) as replaying:
-        if not replaying:
-            return None
+    with _Locked(path + ".replay.lock", wait=deadline.remaining()) as replaying:
+        if not replaying:  # what it sent may be in flight: the same as no answer
+            return Delivery(status=None, error="another hook was still replaying the outbox")
         # Reading is safe even without this lock (rewrites are atomic renames); it only
         # avoids reading while an append is half-written.
         with _Locked(path + ".lock", wait=min(1.0, deadline.remaining())):
             entries = [entry for entry in map(_parse_entry, _read_lines(path)) if entry]
         done: set[str] = set()
         stalled: Delivery | None = None
+        stalled_key = ""
         for entry in entries:
             # Entries for another server wait for a hook that reaches that server.
             if entry["url"] != url:
@@ -1002,20 +1015,31 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
             )
             if result.delivered or not result.retryable:
                 done.add(entry["key"])
-            elif result.status in (None, 429, 503):
-                # The server went away or asks to slow down; a 500 may be this entry's own.
-                stalled = result
+            elif result.status in _IN_FLIGHT:
+                if entry.get("stalls", 0) < MAX_REPLAY_STALLS:
+                    stalled = result
+                    stalled_key = entry["key"]
                 break
-        if done:
+            elif result.status in (429, 503):
+                break  # the server went away or asks to slow down; a 500 may be this entry's
+        if done or stalled is not None:
             with _Locked(path + ".lock", wait=min(1.0, deadline.remaining())) as locked:
                 # Without the lock, leave the file alone: the entries are resent next time
                 # and the server ignores their keys.
                 if locked:
-                    kept = [
-                        line
-                        for line in _read_lines(path)
-                        if (parsed := _parse_entry(line)) is None or parsed["key"] not in done
-                    ]
+                    kept = []
+                    for line in _read_lines(path):
+                        parsed = _parse_entry(line)
+                        if parsed is not None and parsed["key"] in done:
+                            continue
+                        if (
+                            parsed is not None
+                            and stalled is not None
+                            and (parsed["key"] == stalled_key)
+                        ):
+                            parsed["stalls"] = parsed.get("stalls", 0) + 1
+                            line = _dumps(parsed, compact=True).encode("ascii") + b"\n"
+                        kept.append(line)
                     _rewrite(path, _bounded(kept))
         return stalled
 
@@ -1138,9 +1162,10 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     if stalled is not None:
         # Sent now, the live event could overtake a queued one the server takes later: it
         # joins the queue behind them, and the agent goes on without waiting any longer.
+        # (The watchdog stays armed while it is queued: at worst a line twice, one key.)
+        queue()
         if guard is not None:
             guard.on_expiry = None
-        queue()
         return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
     result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
     if guard is not None:

@@ -357,15 +357,16 @@ def test_an_overloaded_or_failing_server_gets_the_event_queued(env, outbox, stat
 
 
 def test_queued_events_are_replayed_once_with_their_original_keys(env, outbox):
-    # The first run's prompt is queued; the second replays it (refused again) and queues
-    # its own without sending it; the third replays both, then sends its own.
+    # The first run's prompt is queued; the second replays it (refused again: the server
+    # answered, so nothing of it is in flight) and queues its own; the third replays both,
+    # then sends its own.
     busy = (503, b"")
-    with recording_server(busy, busy, (200, b""), (200, b""), (200, REPLY)) as (
+    with recording_server(busy, busy, busy, (200, b""), (200, b""), (200, REPLY)) as (
         url,
         received,
     ):
         run_hook(env, PROMPT, "--url", url)
-        second = run_hook(env, PROMPT, "--url", url)
+        run_hook(env, PROMPT, "--url", url)
         queued = [entry["key"] for entry in outbox_entries(outbox)]
         assert len(queued) == 2
 
@@ -374,20 +375,18 @@ def test_queued_events_are_replayed_once_with_their_original_keys(env, outbox):
 
         again = run_hook(env, PROMPT, "--url", url)
 
-    assert second.returncode == 0
-    assert b"on replaying the outbox" in second.stderr
     assert proc.stdout == REPLY  # only the live event's reply; replays print nothing
     assert again.stdout == b""
     keys = [request.headers["Idempotency-Key"] for request in received]
-    assert keys[:2] == [queued[0], queued[0]]  # the second run's own went straight to the queue
-    assert keys[2:4] == queued  # replayed in their order, before the live event
-    live = keys[4]
-    assert received[4].body["hook_event_name"] == "SessionStart"
-    assert len(keys) == 6  # the fourth run replays nothing
+    assert keys[:3] == [queued[0], queued[0], queued[1]]
+    assert keys[3:5] == queued  # replayed in their order, before the live event
+    live = keys[5]
+    assert received[5].body["hook_event_name"] == "SessionStart"
+    assert len(keys) == 7  # the fourth run replays nothing
     assert live not in queued
-    assert received[2].body["signet"]["queued_at"]
-    assert received[2].body["prompt"] == json.loads(PROMPT)["prompt"]
-    assert "queued_at" not in received[4].body["signet"]
+    assert received[3].body["signet"]["queued_at"]
+    assert received[3].body["prompt"] == json.loads(PROMPT)["prompt"]
+    assert "queued_at" not in received[5].body["signet"]
 
 
 def write_outbox(outbox: Path, *entries: dict[str, Any]) -> None:
@@ -425,15 +424,13 @@ def test_replay_drops_delivered_and_refused_and_keeps_the_rest(env, outbox):
         proc = run_hook(env, PROMPT, "--url", url)
 
     assert proc.returncode == 0
-    sent = [request.headers["Idempotency-Key"] for request in received]
+    sent = [request.headers["Idempotency-Key"] for request in received[:-1]]
     # Replays go before the live event. k3 was refused (400): dropped. k4 got a 500: kept,
-    # and the next is tried; k5 got a 503: the server is struggling, so the replay stops
-    # and the live event is queued behind k5 unsent.
+    # and the next is tried; k5 got a 503: the server is struggling, so the replay stops.
+    # Each was answered, so none can land after the live event, which is sent.
     assert sent == ["k1", "k2", "k3", "k4", "k5"]
-    left = outbox_entries(outbox)
-    assert [entry["key"] for entry in left[:3]] == ["k-other", "k4", "k5"]
-    assert len(left) == 4
-    assert left[3]["body"]["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
+    assert received[-1].body["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
+    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k-other", "k4", "k5"]
 
 
 def test_a_replay_whose_requests_all_got_an_answer_lets_the_live_event_go(env, outbox):
@@ -460,20 +457,78 @@ def test_a_replay_with_no_answer_in_time_queues_the_live_event_behind_it(env, ou
     assert proc.stdout == b""
     assert accepted() == 1  # the replay's request only
     left = outbox_entries(outbox)
-    assert [entry["key"] for entry in left[:1]] == ["k1"]
+    assert len(left) == 2
+    assert (left[0]["key"], left[0]["stalls"]) == ("k1", 1)
     assert left[1]["body"]["hook_event_name"] == json.loads(PROMPT)["hook_event_name"]
 
 
-def test_replay_is_skipped_while_another_hook_holds_the_replay_lock(env, outbox):
+@pytest.mark.parametrize("status", [502, 504])
+def test_a_proxy_that_gave_up_waiting_holds_the_live_event_back_too(env, outbox, status):
+    with recording_server((status, b"")) as (url, received):
+        write_outbox(outbox, queued("k1", url))
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert f"HTTP {status} on replaying the outbox".encode() in proc.stderr
+    assert len(received) == 1
+    left = outbox_entries(outbox)
+    assert (len(left), left[0]["key"], left[0]["stalls"]) == (2, "k1", 1)
+
+
+def test_an_entry_that_held_events_back_three_times_no_longer_does(env, outbox):
+    with recording_server((504, b""), (200, REPLY)) as (url, received):
+        write_outbox(outbox, {**queued("k1", url), "stalls": signet_hook.MAX_REPLAY_STALLS})
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert proc.stdout == REPLY  # the live event went
+    assert len(received) == 2
+    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k1"]
+
+
+def test_an_entry_whose_key_no_header_can_carry_is_dropped(env, outbox):
+    with recording_server((200, b""), (200, REPLY)) as (url, received):
+        write_outbox(outbox, queued("k\u20ac", url), queued("k2", url))
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert proc.stdout == REPLY
+    assert [request.headers["Idempotency-Key"] for request in received[:1]] == ["k2"]
+    assert outbox_entries(outbox) == []
+
+
+def test_a_hook_waits_for_another_hooks_replay_and_queues_behind_it_at_the_deadline(env, outbox):
+    # What the other hook sent may be in flight: like a request with no answer, the live
+    # event may not overtake it.
     with recording_server() as (url, received):
         write_outbox(outbox, queued("k1", url))
         with open(f"{outbox}.replay.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            proc = run_hook(env, PROMPT, "--url", url)
+            proc = run_hook(env, PROMPT, "--url", url, "--timeout", "1")
 
     assert proc.returncode == 0
-    assert len(received) == 1  # the live event only
-    assert [entry["key"] for entry in outbox_entries(outbox)] == ["k1"]
+    assert b"another hook was still replaying" in proc.stderr
+    assert received == []
+    left = outbox_entries(outbox)
+    assert [entry["key"] for entry in left[:1]] == ["k1"]
+    assert len(left) == 2
+
+
+def test_a_replay_that_another_hook_finishes_meanwhile_lets_the_live_event_go(env, outbox):
+    with recording_server((200, REPLY)) as (url, received):
+        write_outbox(outbox, queued("k1", url))
+        lock = open(f"{outbox}.replay.lock", "w")  # noqa: SIM115 (released by the timer)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+
+        def the_other_hook_is_done() -> None:
+            outbox.write_bytes(b"")  # it delivered k1
+            lock.close()
+
+        timer = threading.Timer(0.3, the_other_hook_is_done)
+        timer.start()
+        proc = run_hook(env, PROMPT, "--url", url, "--timeout", "3")
+        timer.join()
+
+    assert proc.stdout == REPLY
+    assert len(received) == 1  # the live event only: k1 was the other hook's
+    assert outbox_entries(outbox) == []
 
 
 def test_the_outbox_keeps_only_the_newest_entries(outbox, monkeypatch):

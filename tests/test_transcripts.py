@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -643,3 +645,5 @@ def test_facts_are_values_read_only_once_made():
     assert "content='Write it'" in repr(item)
     with pytest.raises(AttributeError):
         item.status = "completed"
+    assert copy.deepcopy(item) == item
+    assert pickle.loads(pickle.dumps(item)) == item  # noqa: S301 (our own bytes)

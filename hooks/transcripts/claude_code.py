@@ -93,11 +93,19 @@ class _Record:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
         return f"{type(self).__name__}({fields})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # copy and pickle would restore the fields through __setattr__: made anew instead.
+        return (_record_make, (type(self), {name: getattr(self, name) for name in self.__slots__}))
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}")
+
+
+def _record_make(kind: type[_Record], values: dict[str, object]) -> _Record:
+    return kind(**values)
 
 
 class TodoItem(_Record):
