@@ -124,6 +124,25 @@ def run_hook(env: dict[str, str], payload: bytes, *args: str) -> subprocess.Comp
     )
 
 
+def run_hook_listing_modules(
+    env: dict[str, str], payload: bytes, url: str
+) -> subprocess.CompletedProcess[bytes]:
+    """The hook in a bare interpreter (no site), printing on stderr the modules it loaded."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
+    )
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
+        input=payload,
+        capture_output=True,
+        env=env,
+        cwd=PROJECT_DIR,
+        timeout=15,
+        check=False,
+    )
+
+
 def outbox_entries(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -1094,20 +1113,8 @@ def test_help_still_works(env):
 def test_the_common_path_imports_no_heavy_module(env):
     # What keeps the hook fast, pinned without a timing: a delivery (with its reply and a
     # look at the outbox) loads none of the modules whose imports cost more than the request.
-    code = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
-        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
-    )
     with recording_server((200, REPLY)) as (url, received):
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
-            input=SESSION_START,
-            capture_output=True,
-            env=env,
-            cwd=PROJECT_DIR,
-            timeout=15,
-            check=False,
-        )
+        proc = run_hook_listing_modules(env, SESSION_START, url)
 
     assert proc.stdout == REPLY
     assert len(received) == 1
@@ -1276,20 +1283,8 @@ def test_a_usage_reader_failure_costs_only_the_usage(monkeypatch, outbox, tmp_pa
 def test_the_stop_path_imports_no_heavy_module_either(env, tmp_path):
     # Stop runs after every turn: reading the usage must not pull in json, re, dataclasses…
     transcript = write_transcript(tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 5))
-    code = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
-        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
-    )
     with recording_server() as (url, received):
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
-            input=stop_with(transcript),
-            capture_output=True,
-            env=env,
-            cwd=PROJECT_DIR,
-            timeout=15,
-            check=False,
-        )
+        proc = run_hook_listing_modules(env, stop_with(transcript), url)
 
     assert received[0].body["signet"]["usage"]["context_tokens"] == 107
     heavy = {
@@ -1311,20 +1306,8 @@ def test_the_pre_compact_path_reads_the_transcript_without_heavy_modules(env, tm
     )  # fmt: skip
     payload = json.loads((FIXTURES / "pre_compact_auto.json").read_text())
     body = json.dumps({**payload, "transcript_path": str(transcript)}).encode()
-    code = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
-        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
-    )
     with recording_server() as (url, received):
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
-            input=body,
-            capture_output=True,
-            env=env,
-            cwd=PROJECT_DIR,
-            timeout=15,
-            check=False,
-        )
+        proc = run_hook_listing_modules(env, body, url)
 
     sent = received[0].body["signet"]["transcript"]
     assert sent["recent_prompts"] == ["Fix the retry loop."]
