@@ -112,9 +112,11 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def run_hook(env: dict[str, str], payload: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+def run_command(
+    env: dict[str, str], payload: bytes, command: list[str]
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, str(HOOK), *args, "claude-code"],
+        command,
         input=payload,
         capture_output=True,
         env=env,
@@ -122,6 +124,10 @@ def run_hook(env: dict[str, str], payload: bytes, *args: str) -> subprocess.Comp
         timeout=15,
         check=False,
     )
+
+
+def run_hook(env: dict[str, str], payload: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return run_command(env, payload, [sys.executable, str(HOOK), *args, "claude-code"])
 
 
 def run_hook_listing_modules(
@@ -132,14 +138,10 @@ def run_hook_listing_modules(
         "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
         "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
     )
-    return subprocess.run(
+    return run_command(
+        env,
+        payload,
         [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "claude-code"],
-        input=payload,
-        capture_output=True,
-        env=env,
-        cwd=PROJECT_DIR,
-        timeout=15,
-        check=False,
     )
 
 
