@@ -977,7 +977,6 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
 
     Each keeps its original idempotency key, so one the server already has is not counted
     twice. Delivered and permanently refused entries leave the outbox; the rest stay.
-    Skipped when another hook is replaying.
 
     Returns the answer the replay stopped on when a request got no answer in time (or a
     proxy's 502 or 504, which gave up waiting), else None. Such a request may still be
