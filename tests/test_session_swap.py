@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db.models import signals
 from django.utils import timezone
 from django_q.conf import Conf
 
@@ -48,6 +49,36 @@ def test_the_read_loads_the_fields_asked_for_with_the_orms_types(owner):
     assert session.row_version == 0
     assert "transcript_path" in session.get_deferred_fields()
     assert session_read(owner=owner, session_key="other", fields=PROMPT_FIELDS) is None
+
+
+@pytest.mark.parametrize("receiver", [False, True], ids=["made-directly", "post_init-receiver"])
+def test_the_read_makes_the_instance_the_orm_would(owner, receiver):
+    """Made without ``Model.__init__`` while no ``pre_init``/``post_init`` receiver listens,
+    through ``from_db`` (which sends them) while one does: the same instance either way."""
+    SessionFactory(owner=owner, session_key="k1", recent_prompts=["a"], git_branch="main")
+    fields = ("id", "owner_id", "row_version", "session_key", "recent_prompts", "last_activity_at")
+    heard: list[Session] = []
+
+    def listen(sender: type[Session], instance: Session, **kwargs: object) -> None:
+        heard.append(instance)
+
+    if receiver:
+        signals.post_init.connect(listen, sender=Session)
+    try:
+        read = session_read(owner=owner, session_key="k1", fields=fields)
+    finally:
+        signals.post_init.disconnect(listen, sender=Session)
+    assert read is not None
+    orm = Session.objects.only(*fields).get(owner=owner, session_key="k1")
+    session = read.session
+    assert heard == ([session] if receiver else [])
+    assert session.get_deferred_fields() == orm.get_deferred_fields()
+    assert {name: getattr(session, name) for name in fields} == {
+        name: getattr(orm, name) for name in fields
+    }
+    assert (session._state.adding, session._state.db) == (False, "default")
+    assert session.git_branch == "main"  # a deferred column loads on use, as the ORM's do
+    assert session == orm
 
 
 def test_the_read_is_scoped_to_the_owner(owner, teammate):

@@ -15,7 +15,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DEFERRED, Field
+from django.db.models import DEFERRED, Field, signals
+from django.db.models.base import ModelState
 
 from checkpoints.models import Session
 from checkpoints.services.locks import write_serialized
@@ -188,23 +189,69 @@ def _read_statement(alias: str, names: tuple[str, ...]) -> Statement:
 
 # Per connection (each thread has its own), as the backend's converters are its methods.
 _converters_by_connection: weakref.WeakKeyDictionary[
-    BaseDatabaseWrapper, dict[tuple[str, ...], tuple[Any, ...]]
+    BaseDatabaseWrapper, dict[tuple[str, ...], tuple[tuple[str, Any, tuple[Any, ...]], ...]]
 ] = weakref.WeakKeyDictionary()
 
 
-def _converters(connection: BaseDatabaseWrapper, names: tuple[str, ...]) -> tuple[Any, ...]:
-    """What the ORM applies to each column's raw value: the backend's, then the field's."""
+def _converters(
+    connection: BaseDatabaseWrapper, names: tuple[str, ...]
+) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
+    """Each of ``_fields(names)``: its attribute name, its column expression, and what the
+    ORM applies to the column's raw value (the backend's converters, then the field's;
+    often none)."""
     known = _converters_by_connection.setdefault(connection, {})
     found = known.get(names)
     if found is None:
         found = known[names] = tuple(
-            tuple(
-                connection.ops.get_db_converters(field.cached_col)
-                + field.cached_col.get_db_converters(connection)
+            (
+                field.attname,
+                field.cached_col,
+                tuple(
+                    connection.ops.get_db_converters(field.cached_col)
+                    + field.cached_col.get_db_converters(connection)
+                ),
             )
             for field in _fields(names)
         )
     return found
+
+
+def _loaded(
+    *, alias: str, connection: BaseDatabaseWrapper, names: tuple[str, ...], row: Sequence[Any]
+) -> tuple[Session, dict[str, Any]]:
+    """The session of ``row`` (the columns ``names``, read by ``_read_statement``), the
+    others deferred as ``Model.from_db`` leaves them, and its values by attribute name.
+
+    Made as ``from_db`` makes it, less ``Model.__init__``'s walk over every field and its
+    two signals: the instance gets the loaded values and a state saying it came from
+    ``alias``. Sessions have no ``pre_init``/``post_init`` receivers (``_plain_init``); were
+    one connected, the instance would be made by ``from_db`` instead.
+    """
+    values: dict[str, Any] = {}
+    for (attname, column, converters), value in zip(
+        _converters(connection, names), row, strict=True
+    ):
+        for convert in converters:
+            value = convert(value, column, connection)
+        values[attname] = value
+    if not _plain_init():
+        row_values: list[Any] = [DEFERRED] * len(_CONCRETE_ATTNAMES)
+        for position, attname in zip(_positions(names), values, strict=True):
+            row_values[position] = values[attname]
+        return Session.from_db(alias, _CONCRETE_ATTNAMES, row_values), values
+    session = Session.__new__(Session)
+    state = ModelState()
+    state.adding = False
+    state.db = alias
+    session._state = state
+    session.__dict__.update(values)  # as ``__init__`` sets them: no descriptor runs on new
+    return session, values
+
+
+def _plain_init() -> bool:
+    """Whether a session can be made without ``Model.__init__``: no receiver listens for
+    the signals it sends."""
+    return not (signals.pre_init.has_listeners(Session) or signals.post_init.has_listeners(Session))
 
 
 @cache
@@ -231,20 +278,7 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     result = statement_run(statement=_read_statement(alias, names), params=[owner.pk, session_key])
     if not result.rows:
         return None
-    row = result.rows[0]
-    values: dict[str, Any] = {}
-    converters = _converters(connection, names)
-    # Every column's place, the unread ones DEFERRED: given the full row, ``from_db`` skips
-    # matching each concrete field against the names read (most of its cost here).
-    row_values: list[Any] = [DEFERRED] * len(_CONCRETE_ATTNAMES)
-    for field, value, field_converters, position in zip(
-        _fields(names), row, converters, _positions(names), strict=True
-    ):
-        for convert in field_converters:
-            value = convert(value, field.cached_col, connection)
-        values[field.attname] = value
-        row_values[position] = value
-    session = Session.from_db(alias, _CONCRETE_ATTNAMES, row_values)
+    session, values = _loaded(alias=alias, connection=connection, names=names, row=result.rows[0])
     session.owner = owner  # already loaded: spares a query wherever it is used
     # The session's lists are the caller's to change: compare against copies.
     return SessionRead(session=session, values=_copied(values))
