@@ -17,7 +17,7 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
 from checkpoints.models import Session
-from signet_site.handlers import HOOK_PATH_PREFIX, HookHandler, SignetApplication
+from signet_site.handlers import HOOK_PATH_PREFIX, HookHandler, SignetApplication, _hook_resolve
 from signet_site.wsgi import application
 from tests.hookutil import HOOK_URL, payload
 
@@ -181,3 +181,24 @@ def test_pages_keep_the_site_middleware():
     schema = call("GET", "/api/sessions/")
     assert schema.status_code == 401
     assert schema.headers["x-frame-options"] == "DENY"
+
+
+def test_the_hooks_handler_resolves_each_hook_path_once(owner, make_token):
+    """Hook paths are matched against the URLconf once, then remembered (a bounded cache);
+    each path keeps its own view and arguments, and a path no pattern takes is still a 404."""
+    _hook_resolve.cache_clear()
+    token = make_token(owner, "ingest")
+    for number in range(3):
+        assert call("POST", HOOK_URL, prompt("cached", f"{number}"), token=token).status_code == 200
+    gemini = json.dumps({"session_id": "g1", "hook_event_name": "SessionEnd", "reason": "exit"})
+    assert call("POST", "/api/hooks/gemini/", gemini.encode(), token=token).status_code == 200
+    nowhere = call("POST", HOOK_PATH_PREFIX + "a/b/c/d/", prompt("x"), token=token)
+    assert nowhere.status_code == 404
+    assert set(nowhere.json()) >= {"error", "detail"}
+    info = _hook_resolve.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (3, 2, 2)  # the 404 is not kept
+    assert _hook_resolve(settings.ROOT_URLCONF, "/api/hooks/gemini/").kwargs == {
+        "harness": "gemini"
+    }
+    assert Session.objects.get(owner=owner, session_key="cached").prompt_count == 3
+    assert Session.objects.filter(owner=owner, session_key="g1").exists()
