@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -87,6 +88,12 @@ class HookIngestApi(APIView):
         except Exception as exc:
             response = self.handle_exception(exc)
         return self._finalize(request, response)
+
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        # DRF works them out per request from the view's methods and renderers, which are
+        # the class's: here once (a copy each time, as DRF gives a new dict).
+        return dict(_response_headers())
 
     def _finalize(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         # DRF's last step (its headers; an error's renderer) takes a Django request as well.
@@ -173,3 +180,10 @@ class HookIngestApi(APIView):
                 400,
             )
         return payload
+
+
+@cache
+def _response_headers() -> dict[str, str]:
+    """The headers DRF gives every answer of the view (``Allow``, from its methods)."""
+    headers: dict[str, str] = APIView.default_response_headers.fget(HookIngestApi())  # type: ignore[attr-defined]
+    return headers
