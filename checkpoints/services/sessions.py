@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DEFERRED, Field, signals
+from django.db.models import DEFERRED, Field, JSONField, signals
 from django.db.models.base import ModelState
 
 from checkpoints.models import Session
@@ -160,6 +160,9 @@ def _fields(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
 
 
 _CONCRETE_ATTNAMES = [field.attname for field in Session._meta.concrete_fields]
+_JSON_ATTNAMES = frozenset(
+    field.attname for field in Session._meta.concrete_fields if isinstance(field, JSONField)
+)
 
 
 @cache
@@ -255,6 +258,12 @@ def _plain_init() -> bool:
 
 
 @cache
+def _swappable(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
+    """The fields of ``names`` a write-back may change (not the row's identity or version)."""
+    return tuple(field for field in _fields(names) if field.attname not in _NEVER_SWAPPED)
+
+
+@cache
 def _swap_statement(alias: str, fields: tuple[Field[Any, Any], ...]) -> Statement:
     quote = connections[alias].ops.quote_name
     version = quote("row_version")
@@ -297,14 +306,13 @@ def session_swap(*, read: SessionRead, together: Callable[[], None] | None = Non
     alias = router.db_for_write(Session) or "default"
     connection = connections[alias]
     session = read.session
+    loaded = session.__dict__  # every column read is there: no descriptor to go through
     changed = tuple(
         field
-        for field in _fields(tuple(read.values))
-        if field.attname not in _NEVER_SWAPPED
-        and getattr(session, field.attname) != read.values[field.attname]
+        for field in _swappable(tuple(read.values))
+        if loaded[field.attname] != read.values[field.attname]
     )
-    values = [field.get_db_prep_save(getattr(session, field.attname), connection)
-              for field in changed]  # fmt: skip
+    values = [field.get_db_prep_save(loaded[field.attname], connection) for field in changed]
     statement = _swap_statement(alias, changed)
     params = [*values, session.pk, read.values["row_version"]]
 
@@ -339,9 +347,14 @@ def _written_together(write: Callable[[], bool], together: Callable[[], None] | 
 
 def _copied(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with their lists and dicts copied, to compare the session against later.
-    (Shallow: the engine replaces the items of a list, it does not change them in place.)"""
-    return {name: copy(value) if isinstance(value, list | dict) else value
-            for name, value in values.items()}  # fmt: skip
+    (Shallow: the engine replaces the items of a list, it does not change them in place.)
+    Only a JSON column holds either."""
+    copied = dict(values)
+    for name in _JSON_ATTNAMES.intersection(values):
+        value = copied[name]
+        if isinstance(value, list | dict):
+            copied[name] = copy(value)
+    return copied
 
 
 def session_values(session: Session) -> dict[str, Any]:
