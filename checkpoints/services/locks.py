@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 # Re-entrant: a transaction's on-commit work (a synchronous task in tests) may write again.
 _thread_lock = threading.RLock()
@@ -37,7 +37,8 @@ def _lock_fd() -> int:
 @contextmanager
 def write_serialized() -> Iterator[None]:
     """Hold the writers' queue for the duration of one write transaction (SQLite only)."""
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
+    db = connections[DEFAULT_DB_ALIAS]  # once: each look-up goes through a thread-local
+    if db.vendor != "sqlite" or db.in_atomic_block:
         yield
         return
     with _thread_lock:

@@ -284,7 +284,11 @@ def session_read(*, owner: User, session_key: str, fields: Sequence[str]) -> Ses
     alias = router.db_for_read(Session) or "default"
     names = tuple(fields)
     connection = connections[alias]
-    result = statement_run(statement=_read_statement(alias, names), params=[owner.pk, session_key])
+    result = statement_run(
+        statement=_read_statement(alias, names),
+        params=[owner.pk, session_key],
+        connection=connection,
+    )
     if not result.rows:
         return None
     session, values = _loaded(alias=alias, connection=connection, names=names, row=result.rows[0])
@@ -317,7 +321,9 @@ def session_swap(*, read: SessionRead, together: Callable[[], None] | None = Non
     params = [*values, session.pk, read.values["row_version"]]
 
     def update() -> bool:
-        return statement_run(statement=statement, params=params).rowcount == 1
+        return (
+            statement_run(statement=statement, params=params, connection=connection).rowcount == 1
+        )
 
     if together is None:
         # On SQLite, the one statement queues on the writers' lock like every other write.

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 _FORMAT = re.compile(r"(?<!%)%s")  # Django's placeholder, not an escaped "%%s"
 
@@ -56,9 +57,14 @@ def statement_build(*, alias: str, sql: str) -> Statement:
     return Statement(alias=alias, sql=sql, native=native)
 
 
-def statement_run(*, statement: Statement, params: Sequence[Any]) -> StatementResult:
-    """Run ``statement`` with ``params``; its rows (if it returns any) and its row count."""
-    connection = connections[statement.alias]
+def statement_run(
+    *, statement: Statement, params: Sequence[Any], connection: BaseDatabaseWrapper | None = None
+) -> StatementResult:
+    """Run ``statement`` with ``params``; its rows (if it returns any) and its row count.
+    ``connection``: the caller's of ``statement.alias`` if it has it at hand (this thread's,
+    looked up otherwise)."""
+    if connection is None:
+        connection = connections[statement.alias]
     if connection.queries_logged:
         with connection.cursor() as cursor:
             cursor.execute(statement.sql, params)
