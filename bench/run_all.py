@@ -56,9 +56,9 @@ BENCHES = [
     Bench(
         "hook_path",
         "Hot path: UserPromptSubmit vs a bare Django view",
-        "throughput >= 0.5 of the bare view's at 32 and 64 concurrent sessions, median of 3 "
+        "throughput >= 0.5 of the bare view's at 32 and 64 concurrent sessions, median of 5 "
         "alternating rounds (1 and 256 shown for the curve)",
-        ["--sessions", "1,32,64,256", "--requests", "40", "--rounds", "3"],
+        ["--sessions", "1,32,64,256", "--requests", "40", "--rounds", "5"],
         ["--sessions", "1,32,64,256", "--requests", "5", "--rounds", "1"],
         on_postgres=True,
     ),
