@@ -22,15 +22,22 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest
 from django.urls import ResolverMatch, get_resolver
 
+from checkpoints.harnesses import ADAPTERS
+
 HOOK_PATH_PREFIX = "/api/hooks/"
-# How many hook paths the hooks' handler keeps resolved: a few per harness in use. Any path
-# under the prefix may come (a harness's name is part of it), so the cache is bounded, the
-# least recently used path going first.
+# How many hook paths the hooks' handler keeps resolved: a few per harness in use. Only a
+# path that names a harness we have, and is no longer than ``HOOK_RESOLVED_PATH_CHARS``, is
+# kept (anyone may send any path, before any token is checked); even so the cache is bounded
+# (an event name may be part of the path), the least recently used path going first.
 HOOK_RESOLVED = 64
+HOOK_RESOLVED_PATH_CHARS = 128
 
 StartResponse = Callable[..., Any]
 
@@ -47,13 +54,25 @@ class HookHandler(WSGIHandler):
             super().load_middleware(is_async)
         finally:
             settings.MIDDLEWARE = site_middleware
+        # A resolved match is shared by the requests of its path (``resolve_request``): a
+        # view middleware would be handed its keyword arguments to change.
+        if self._view_middleware:  # type: ignore[attr-defined]  # Django sets it in load_middleware
+            raise ImproperlyConfigured("HOOK_MIDDLEWARE cannot have process_view middleware")
 
     def resolve_request(self, request: HttpRequest) -> ResolverMatch:
         if hasattr(request, "urlconf"):  # set by a middleware: resolved as Django does
             return super().resolve_request(request)
-        match = _hook_resolve(settings.ROOT_URLCONF, request.path_info)
+        path = request.path_info
+        if len(path) > HOOK_RESOLVED_PATH_CHARS or _harness_of(path) not in ADAPTERS:
+            return super().resolve_request(request)
+        match = _hook_resolve(settings.ROOT_URLCONF, path)
         request.resolver_match = match
         return match
+
+
+def _harness_of(path: str) -> str:
+    """The harness a hook path names (``/api/hooks/<harness>/...``)."""
+    return path[len(HOOK_PATH_PREFIX) :].partition("/")[0]
 
 
 @lru_cache(maxsize=HOOK_RESOLVED)
@@ -63,6 +82,13 @@ def _hook_resolve(urlconf: str, path: str) -> ResolverMatch:
     changed, by the request it serves: the view gets its own copy of the keyword arguments.
     """
     return get_resolver(urlconf).resolve(path)
+
+
+@receiver(setting_changed)
+def _urlconf_changed(*, setting: str, **kwargs: Any) -> None:
+    # As Django forgets its resolvers (a test's URLconf): the same name may be another module.
+    if setting == "ROOT_URLCONF":
+        _hook_resolve.cache_clear()
 
 
 class SignetApplication:

@@ -52,11 +52,12 @@ def test_the_read_loads_the_fields_asked_for_with_the_orms_types(owner):
 
 
 @pytest.mark.parametrize("receiver", [False, True], ids=["made-directly", "post_init-receiver"])
-def test_the_read_makes_the_instance_the_orm_would(owner, receiver):
+def test_the_read_makes_the_instance_the_orm_would(owner, receiver, monkeypatch):
     """Made without ``Model.__init__`` while no ``pre_init``/``post_init`` receiver listens,
     through ``from_db`` (which sends them) while one does: the same instance either way."""
     SessionFactory(owner=owner, session_key="k1", recent_prompts=["a"], git_branch="main")
     fields = ("id", "owner_id", "row_version", "session_key", "recent_prompts", "last_activity_at")
+    orm = Session.objects.only(*fields).get(owner=owner, session_key="k1")
     heard: list[Session] = []
 
     def listen(sender: type[Session], instance: Session, **kwargs: object) -> None:
@@ -64,21 +65,32 @@ def test_the_read_makes_the_instance_the_orm_would(owner, receiver):
 
     if receiver:
         signals.post_init.connect(listen, sender=Session)
+    else:
+
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("made through Model.__init__")
+
+        monkeypatch.setattr(Session, "__init__", refuse)
     try:
         read = session_read(owner=owner, session_key="k1", fields=fields)
     finally:
         signals.post_init.disconnect(listen, sender=Session)
+        monkeypatch.undo()
     assert read is not None
-    orm = Session.objects.only(*fields).get(owner=owner, session_key="k1")
     session = read.session
-    assert heard == ([session] if receiver else [])
+    assert type(session) is Session
+    assert len(heard) == (1 if receiver else 0)
+    assert all(instance is session for instance in heard)
     assert session.get_deferred_fields() == orm.get_deferred_fields()
-    assert {name: getattr(session, name) for name in fields} == {
-        name: getattr(orm, name) for name in fields
+    assert {name: value for name, value in vars(session).items() if name != "_state"} == {
+        name: value for name, value in vars(orm).items() if name != "_state"
     }
     assert (session._state.adding, session._state.db) == (False, "default")
     assert session.git_branch == "main"  # a deferred column loads on use, as the ORM's do
-    assert session == orm
+    session.recent_prompts = ["a", "b"]
+    session.save(update_fields=["recent_prompts"])
+    orm.refresh_from_db()
+    assert orm.recent_prompts == ["a", "b"]
 
 
 def test_the_read_is_scoped_to_the_owner(owner, teammate):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
@@ -185,20 +186,44 @@ def test_pages_keep_the_site_middleware():
 
 def test_the_hooks_handler_resolves_each_hook_path_once(owner, make_token):
     """Hook paths are matched against the URLconf once, then remembered (a bounded cache);
-    each path keeps its own view and arguments, and a path no pattern takes is still a 404."""
+    each path keeps its own view and arguments. A path that names no harness we have, or is
+    long, is resolved each time and never kept: anyone may send one, before any token."""
     _hook_resolve.cache_clear()
     token = make_token(owner, "ingest")
     for number in range(3):
         assert call("POST", HOOK_URL, prompt("cached", f"{number}"), token=token).status_code == 200
     gemini = json.dumps({"session_id": "g1", "hook_event_name": "SessionEnd", "reason": "exit"})
     assert call("POST", "/api/hooks/gemini/", gemini.encode(), token=token).status_code == 200
-    nowhere = call("POST", HOOK_PATH_PREFIX + "a/b/c/d/", prompt("x"), token=token)
-    assert nowhere.status_code == 404
-    assert set(nowhere.json()) >= {"error", "detail"}
+    for path in (
+        HOOK_PATH_PREFIX + "a/b/c/d/",  # no view
+        HOOK_PATH_PREFIX + "no-such-harness/",  # a view, which refuses it
+        HOOK_PATH_PREFIX + "claude-code/" + "x" * 200 + "/",
+    ):
+        refused = call("POST", path, prompt("x"), token=token)
+        assert refused.status_code == 404, path
+        assert set(refused.json()) >= {"error", "detail"}
     info = _hook_resolve.cache_info()
-    assert (info.misses, info.hits, info.currsize) == (3, 2, 2)  # the 404 is not kept
+    assert (info.misses, info.hits, info.currsize) == (2, 2, 2)
     assert _hook_resolve(settings.ROOT_URLCONF, "/api/hooks/gemini/").kwargs == {
         "harness": "gemini"
     }
     assert Session.objects.get(owner=owner, session_key="cached").prompt_count == 3
     assert Session.objects.filter(owner=owner, session_key="g1").exists()
+
+
+def test_a_new_urlconf_empties_the_hook_paths_resolved(settings):
+    _hook_resolve(settings.ROOT_URLCONF, HOOK_URL)
+    assert _hook_resolve.cache_info().currsize >= 1
+    settings.ROOT_URLCONF = "bench.urls"
+    assert _hook_resolve.cache_info().currsize == 0
+
+
+def test_the_hooks_middleware_may_not_see_a_view_before_it_runs(settings):
+    """The hook paths' matches are shared by their requests: no middleware may be handed
+    their arguments (``process_view``)."""
+    settings.HOOK_MIDDLEWARE = [
+        *settings.HOOK_MIDDLEWARE,
+        "django.middleware.csrf.CsrfViewMiddleware",
+    ]
+    with pytest.raises(ImproperlyConfigured, match="process_view"):
+        HookHandler()

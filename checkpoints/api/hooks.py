@@ -10,6 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.http.request import RawPostDataException
 from drf_spectacular.types import OpenApiTypes
@@ -184,6 +186,13 @@ class HookIngestApi(APIView):
 
 @cache
 def _response_headers() -> dict[str, str]:
-    """The headers DRF gives every answer of the view (``Allow``, from its methods)."""
+    """The headers DRF gives every answer of the view (``Allow``, from its methods; ``Vary``
+    with more than one renderer)."""
     headers: dict[str, str] = APIView.default_response_headers.fget(HookIngestApi())  # type: ignore[attr-defined]
     return headers
+
+
+@receiver(setting_changed)
+def _rest_framework_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "REST_FRAMEWORK":  # the renderers may be others now
+        _response_headers.cache_clear()

@@ -65,6 +65,7 @@ def statement_run(
     looked up otherwise)."""
     if connection is None:
         connection = connections[statement.alias]
+    assert connection.alias == statement.alias, "a statement runs on its own database"
     if connection.queries_logged:
         with connection.cursor() as cursor:
             cursor.execute(statement.sql, params)
