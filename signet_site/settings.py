@@ -131,6 +131,13 @@ elif DATABASES["default"]["ENGINE"].endswith(("postgresql", "postgis")):
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Django's, checking only connections that sat idle (``signet_site/postgresql``).
         DATABASES["default"]["ENGINE"] = "signet_site.postgresql"
+    # The hook path's statements are prepared on a connection once they ran this many times
+    # on it (``checkpoints/services/statements.py``); Django's own queries never are. 0:
+    # never, for a pooler that cannot keep prepared statements (PgBouncer in transaction
+    # mode before 1.21, or without ``max_prepared_statements``).
+    DATABASES["default"]["OPTIONS"].setdefault(
+        "prepare_threshold", env.int("DATABASE_PREPARE_THRESHOLD", default=5) or None
+    )
 # Reopening a connection per request costs more than the hook's own work (measured in
 # bench/hook_path.py: SQLite p50 10.5 ms -> 7.8 ms), so workers keep theirs.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)

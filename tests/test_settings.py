@@ -34,6 +34,7 @@ out = {
     "queue": settings.Q_CLUSTER["name"],
     "broker": "redis" if "redis" in settings.Q_CLUSTER else "orm",
     "debug": settings.DEBUG,
+    "prepare_threshold": settings.DATABASES["default"]["OPTIONS"].get("prepare_threshold", "-"),
 }
 if out["engine"].endswith("sqlite3"):
     with connection.cursor() as cursor:
@@ -87,6 +88,13 @@ def test_database_url_is_honoured(tmp_path):
     assert out["engine"] == "signet_site.postgresql"  # Django's, checking idle connections only
     assert out["name"] == "signet_prod"
     assert out["host"] == "db.internal"
+    assert out["prepare_threshold"] == 5  # the hook path's statements are prepared
+
+
+def test_prepared_statements_can_be_turned_off_for_a_pooler(tmp_path):
+    url = "postgres://signet@db.internal:5433/signet_prod"
+    out = probe(tmp_path, DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="0")
+    assert out["prepare_threshold"] is None
 
 
 def test_redis_url_moves_cache_and_broker(tmp_path):

@@ -20,12 +20,15 @@ def insert(bucket: str, window_end: int, count: int = 1) -> None:
     statement = statement_build(
         alias="default",
         sql=f"INSERT INTO {TABLE} (bucket, window_end, count) VALUES (%s, %s, %s)",  # noqa: S608
+        returns_rows=False,
     )
     statement_run(statement=statement, params=[bucket, window_end, count])
 
 
 def test_placeholders_become_the_drivers_once():
-    statement = statement_build(alias="default", sql="SELECT 1 WHERE 'a%%s' <> %s AND %s = %s")
+    statement = statement_build(
+        alias="default", sql="SELECT 1 WHERE 'a%%s' <> %s AND %s = %s", returns_rows=True
+    )
     if connection.vendor == "sqlite":
         assert statement.native == "SELECT 1 WHERE 'a%s' <> ? AND ? = ?"
     else:
@@ -38,12 +41,14 @@ def test_rows_and_row_counts_are_the_statements():
     select = statement_build(
         alias="default",
         sql=f"SELECT bucket, count FROM {TABLE} WHERE window_end = %s ORDER BY bucket",  # noqa: S608
+        returns_rows=True,
     )
     assert statement_run(statement=select, params=[10]).rows == [("a", 3), ("b", 5)]
     assert statement_run(statement=select, params=[11]).rows == []
     update = statement_build(
         alias="default",
         sql=f"UPDATE {TABLE} SET count = count + 1 WHERE window_end = %s",  # noqa: S608
+        returns_rows=False,
     )
     outcome = statement_run(statement=update, params=[10])
     assert (outcome.rowcount, outcome.rows) == (2, [])
@@ -74,3 +79,29 @@ def test_statements_are_logged_when_queries_are():
     assert len(captured.captured_queries) == 1
     assert captured.captured_queries[0]["sql"].startswith(f"INSERT INTO {TABLE}")
     assert ThrottleCounter.objects.get().count == 2
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements: PostgreSQL")
+@pytest.mark.parametrize("threshold", [2, None])
+def test_postgresql_prepares_a_statement_once_it_ran_the_threshold_times(threshold):
+    connection.ensure_connection()
+    kept = connection.connection.prepare_threshold
+    connection.connection.prepare_threshold = threshold
+    try:
+        insert("a", 10, 3)
+        select = statement_build(
+            alias="default",
+            sql=f"SELECT count FROM {TABLE} WHERE window_end = %s AND bucket = %s",  # noqa: S608
+            returns_rows=True,
+        )
+        for _ in range(3):
+            assert statement_run(statement=select, params=[10, "a"]).rows == [(3,)]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            prepared = [row[0] for row in cursor.fetchall()]
+    finally:
+        connection.connection.prepare_threshold = kept
+    ours = [sql for sql in prepared if "window_end = $1 AND bucket = $2" in sql]
+    assert len(ours) == (1 if threshold else 0)
+    # Django's own queries are never prepared: they bind on the client.
+    assert not [sql for sql in prepared if "window_end = 10" in sql]

@@ -187,6 +187,7 @@ def _read_statement(alias: str, names: tuple[str, ...]) -> Statement:
             f"SELECT {columns} FROM {quote(Session._meta.db_table)} "  # noqa: S608
             f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s"
         ),
+        returns_rows=True,
     )
 
 
@@ -275,6 +276,7 @@ def _swap_statement(alias: str, fields: tuple[Field[Any, Any], ...]) -> Statemen
             f"UPDATE {quote(Session._meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
             f"WHERE {quote('id')} = %s AND {version} = %s"
         ),
+        returns_rows=False,
     )
 
 

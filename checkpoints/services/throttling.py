@@ -123,6 +123,7 @@ def _upsert_statement(alias: str) -> Statement:
             f"DO UPDATE SET {count} = {table}.{count} + 1 "
             f"RETURNING {count}"
         ),
+        returns_rows=True,
     )
 
 

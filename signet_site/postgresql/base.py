@@ -1,4 +1,5 @@
-"""Django's PostgreSQL backend, health-checking only the connections that sat idle.
+"""Django's PostgreSQL backend, health-checking only the connections that sat idle, with a
+cursor that binds parameters on the server for the hook path's prepared statements.
 
 With ``CONN_HEALTH_CHECKS`` Django sends ``SELECT 1`` before the first query of every
 request that reuses a connection: on the hook path that is one round trip in three,
@@ -14,8 +15,12 @@ restart or a dropped link leaves behind, is checked as before.
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import psycopg
 from django.db.backends.postgresql import base
+from django.db.backends.postgresql.psycopg_any import register_tzloader
+from psycopg.pq import Format
 
 RECENTLY_ANSWERED_SECONDS = 1.0
 
@@ -47,3 +52,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
         else:
             super().close_if_health_check_failed()
         self.used_at = now
+
+    def binding_cursor(self) -> psycopg.Cursor[Any]:
+        """A cursor on this connection that sends parameters apart from the SQL, so that a
+        statement it runs ``prepare_threshold`` times is prepared (``services/statements.py``).
+        Django's cursors quote parameters into the SQL, which never prepares. Made as
+        ``create_cursor`` makes Django's: the connection's time zone for the values read."""
+        assert self.connection is not None
+        cursor: psycopg.Cursor[Any] = psycopg.Cursor(self.connection)
+        loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
+        if self.timezone != getattr(loader, "timezone", None):
+            register_tzloader(self.timezone, cursor)
+        return cursor
