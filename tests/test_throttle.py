@@ -6,8 +6,11 @@ The counting itself across processes is in ``test_throttle_processes.py``.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path
 
 import pytest
@@ -263,34 +266,87 @@ def test_redis_counts_and_expires_the_window(redis_cache):
     assert 0 < client.ttl(key) <= 62
 
 
+@pytest.mark.slow
+def test_redis_counts_exactly_from_many_threads(redis_cache):
+    def count_50() -> list[int]:
+        return [
+            counter_increment(bucket="read:7", duration=60, now=THROTTLE_WINDOW_START).total
+            for _ in range(50)
+        ]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        counts = sorted(chain.from_iterable(pool.map(lambda _: count_50(), range(16))))
+    assert counts == list(range(1, 16 * 50 + 1))  # none lost, none repeated
+
+
+@pytest.mark.slow
+def test_a_redis_restart_between_counts_refuses_nothing(redis_cache, redis_server):
+    def count() -> int:
+        return counter_increment(bucket="read:2", duration=60, now=THROTTLE_WINDOW_START).total
+
+    assert [count(), count()] == [1, 2]
+    redis_server.stop()
+    with pytest.raises(throttling.CounterUnavailable):
+        count()
+    redis_server.start()
+    assert count() == 1  # a new server, empty: the thread's connection is made anew
+    redis_server.stop()
+    redis_server.start()
+    assert count() == 1  # its connection broke while idle: counted on a new one at once
+
+
+class RedisServer:
+    """A ``redis-server`` of the test's own, on a fixed port, stopped and started at will."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary, self.directory, self.port = binary, directory, free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        options = ["--port", str(self.port), "--save", "", "--appendonly", "no"]
+        self.process = subprocess.Popen(
+            [self.binary, *options, "--dir", str(self.directory)], stdout=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as probe:
+                    probe.sendall(b"PING\r\n")
+                    if probe.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
 @pytest.fixture
-def redis_cache(settings, tmp_path):
-    """A real Redis server for the test, as the default cache (skipped without one)."""
-    server = shutil.which("redis-server")
-    if server is None:
+def redis_server(tmp_path):
+    """A real Redis server for the test (skipped without one)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
         pytest.skip("redis-server is not installed")
-    port = free_port()
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-    )
+    server = RedisServer(binary, tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_cache(settings, redis_server):
+    """``redis_server`` as the default cache."""
     settings.CACHES = {
         **settings.CACHES,
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{port}/0",
+            "LOCATION": f"redis://127.0.0.1:{redis_server.port}/0",
         },
     }
-    cache = caches["default"]
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            cache._cache.get_client().ping()
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-    yield cache
-    process.terminate()
-    process.wait(timeout=10)
+    return caches["default"]
