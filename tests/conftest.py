@@ -9,7 +9,9 @@ or touch the owner's data.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from checkpoints.services.throttling import counters_file
 from checkpoints.services.tokens import token_create
 from tests.factories import UserFactory
 from tests.hookutil import Clock
+from tests.redisutil import RedisServer
 
 ALL_SCOPES = ("ingest", "read", "write")
 
@@ -156,3 +159,15 @@ def read_only_database() -> Iterator[None]:
             cursor.execute("SET default_transaction_read_only = off")
         else:
             cursor.execute("PRAGMA query_only = OFF")
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real Redis server for the test (skipped without one)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(binary, tmp_path)
+    server.start()
+    yield server
+    server.stop()

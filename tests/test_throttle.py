@@ -5,10 +5,6 @@ The counting itself across processes is in ``test_throttle_processes.py``.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
@@ -293,50 +289,6 @@ def test_a_redis_restart_between_counts_refuses_nothing(redis_cache, redis_serve
     redis_server.stop()
     redis_server.start()
     assert count() == 1  # its connection broke while idle: counted on a new one at once
-
-
-class RedisServer:
-    """A ``redis-server`` of the test's own, on a fixed port, stopped and started at will."""
-
-    def __init__(self, binary: str, directory: Path) -> None:
-        self.binary, self.directory, self.port = binary, directory, free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        options = ["--port", str(self.port), "--save", "", "--appendonly", "no"]
-        self.process = subprocess.Popen(
-            [self.binary, *options, "--dir", str(self.directory)], stdout=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as probe:
-                    probe.sendall(b"PING\r\n")
-                    if probe.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-            self.process = None
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    """A real Redis server for the test (skipped without one)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    server = RedisServer(binary, tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
