@@ -296,8 +296,9 @@ def test_checkpoint_cap_is_enforced_on_write(hook, django_capture_on_commit_call
     for number in range(8):
         with django_capture_on_commit_callbacks(execute=True):
             prompt(hook, f"prompt {number}")
-    counts = list(Checkpoint.objects.order_by("created_at").values_list("prompt_count", flat=True))
-    assert counts == [6, 7, 8]
+    kept = list(Checkpoint.objects.order_by("created_at").values_list("prompt_count", "parent"))
+    assert [count for count, _ in kept] == [6, 7, 8]
+    assert kept[0][1] is None  # its parent went: the reference is cleared, the row kept
 
 
 def test_query_terms_and_remember_detection():
