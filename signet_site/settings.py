@@ -15,6 +15,7 @@ from typing import Any
 
 import django_stubs_ext
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from signet_site.bootstrap_config import (
     check_deployment_safety,
@@ -131,16 +132,16 @@ elif DATABASES["default"]["ENGINE"].endswith(("postgresql", "postgis")):
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Django's, checking only connections that sat idle (``signet_site/postgresql``).
         DATABASES["default"]["ENGINE"] = "signet_site.postgresql"
-    # The hook path's statements are prepared on a connection once they ran this many times
-    # on it (``checkpoints/services/statements.py``); Django's own queries never are. 0:
-    # never, for a pooler that cannot keep prepared statements (PgBouncer in transaction
-    # mode before 1.21, or without ``max_prepared_statements``).
-    DATABASES["default"]["OPTIONS"].setdefault(
-        "prepare_threshold", env.int("DATABASE_PREPARE_THRESHOLD", default=5) or None
-    )
 # Reopening a connection per request costs more than the hook's own work (measured in
 # bench/hook_path.py: SQLite p50 10.5 ms -> 7.8 ms), so workers keep theirs.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=600)
+# On PostgreSQL, the hook path's statements are prepared on a connection once they ran this
+# many times on it (``checkpoints/services/statements.py``); Django's own queries never are.
+# 0: never, for a pooler that cannot keep prepared statements (PgBouncer in transaction mode
+# before 1.22, or without ``max_prepared_statements``).
+SIGNET_PREPARE_THRESHOLD = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
+if SIGNET_PREPARE_THRESHOLD < 0:
+    raise ImproperlyConfigured("DATABASE_PREPARE_THRESHOLD must be 0 (never) or more")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

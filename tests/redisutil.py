@@ -7,7 +7,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.test_serve import free_port
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class RedisServer:
@@ -32,6 +36,7 @@ class RedisServer:
             except OSError:
                 pass
             if time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
 

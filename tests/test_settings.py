@@ -34,7 +34,7 @@ out = {
     "queue": settings.Q_CLUSTER["name"],
     "broker": "redis" if "redis" in settings.Q_CLUSTER else "orm",
     "debug": settings.DEBUG,
-    "prepare_threshold": settings.DATABASES["default"]["OPTIONS"].get("prepare_threshold", "-"),
+    "prepare_threshold": settings.SIGNET_PREPARE_THRESHOLD,
 }
 if out["engine"].endswith("sqlite3"):
     with connection.cursor() as cursor:
@@ -93,8 +93,12 @@ def test_database_url_is_honoured(tmp_path):
 
 def test_prepared_statements_can_be_turned_off_for_a_pooler(tmp_path):
     url = "postgres://signet@db.internal:5433/signet_prod"
-    out = probe(tmp_path, DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="0")
-    assert out["prepare_threshold"] is None
+    assert (
+        probe(tmp_path, DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="0")["prepare_threshold"] == 0
+    )
+    refused = run_settings(tmp_path, DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="-1")
+    assert refused.returncode != 0
+    assert "DATABASE_PREPARE_THRESHOLD must be 0 (never) or more" in refused.stderr
 
 
 def test_redis_url_moves_cache_and_broker(tmp_path):

@@ -3,13 +3,14 @@ rows, errors and transaction rules Django's cursor would, and are logged when qu
 
 from __future__ import annotations
 
+import psycopg
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from checkpoints.models import ThrottleCounter
-from checkpoints.services.statements import statement_build, statement_run
+from checkpoints.services.statements import Statement, statement_build, statement_run
 
 pytestmark = pytest.mark.django_db
 
@@ -81,27 +82,72 @@ def test_statements_are_logged_when_queries_are():
     assert ThrottleCounter.objects.get().count == 2
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements: PostgreSQL")
-@pytest.mark.parametrize("threshold", [2, None])
-def test_postgresql_prepares_a_statement_once_it_ran_the_threshold_times(threshold):
-    connection.ensure_connection()
-    kept = connection.connection.prepare_threshold
-    connection.connection.prepare_threshold = threshold
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="prepared statements: PostgreSQL"
+)
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def count_select() -> Statement:
+    return statement_build(
+        alias="default",
+        sql=f"SELECT count FROM {TABLE} WHERE window_end = %s AND bucket = %s",  # noqa: S608
+        returns_rows=True,
+    )
+
+
+@postgresql_only
+@pytest.mark.parametrize("threshold", [2, 0])
+def test_postgresql_prepares_a_statement_once_it_ran_the_threshold_times(settings, threshold):
+    settings.SIGNET_PREPARE_THRESHOLD = threshold
+    insert("a", 10, 3)
+    select = count_select()
+    for _ in range(3):
+        assert statement_run(statement=select, params=[10, "a"]).rows == [(3,)]
+    ours = [sql for sql in prepared_statements() if "window_end = $1 AND bucket = $2" in sql]
+    assert len(ours) == (1 if threshold else 0)  # 0: never
+
+
+@postgresql_only
+def test_djangos_own_queries_are_neither_prepared_nor_counted(settings):
+    settings.SIGNET_PREPARE_THRESHOLD = 1
+    for _ in range(5):
+        list(ThrottleCounter.objects.filter(window_end=987654))
+    statement_run(statement=count_select(), params=[10, "a"])
+    assert [sql for sql in prepared_statements() if "987654" in sql] == []
+    assert connection.connection.prepare_threshold is None  # Django's, between statements
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("in_transaction", [False, True])
+def test_a_prepared_statement_whose_table_changed_is_replaced_not_refused_for_ever(
+    settings, in_transaction
+):
+    """A migration on another host changes a column the prepared statement reads:
+    PostgreSQL refuses that statement on this connection from then on."""
+    settings.SIGNET_PREPARE_THRESHOLD = 1
+    insert("a", 10, 3)
+    select = count_select()
+    for _ in range(2):
+        statement_run(statement=select, params=[10, "a"])  # prepared now
+    other = psycopg.connect(**connection.get_connection_params(), autocommit=True)
     try:
-        insert("a", 10, 3)
-        select = statement_build(
-            alias="default",
-            sql=f"SELECT count FROM {TABLE} WHERE window_end = %s AND bucket = %s",  # noqa: S608
-            returns_rows=True,
-        )
-        for _ in range(3):
+        other.execute(f"ALTER TABLE {TABLE} ALTER COLUMN count TYPE bigint")
+        if in_transaction:
+            with pytest.raises(OperationalError), transaction.atomic():
+                statement_run(statement=select, params=[10, "a"])
+            assert connection.close_at == 0.0  # replaced once the request ends
+            connection.close_if_unusable_or_obsolete()
+        else:
             assert statement_run(statement=select, params=[10, "a"]).rows == [(3,)]
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT statement FROM pg_prepared_statements")
-            prepared = [row[0] for row in cursor.fetchall()]
+        assert statement_run(statement=select, params=[10, "a"]).rows == [(3,)]
     finally:
-        connection.connection.prepare_threshold = kept
-    ours = [sql for sql in prepared if "window_end = $1 AND bucket = $2" in sql]
-    assert len(ours) == (1 if threshold else 0)
-    # Django's own queries are never prepared: they bind on the client.
-    assert not [sql for sql in prepared if "window_end = 10" in sql]
+        connection.close()  # its session's locks and statements go before the table changes
+        other.execute(f"ALTER TABLE {TABLE} ALTER COLUMN count TYPE integer")
+        other.close()

@@ -11,17 +11,17 @@ the rest:
 - the connection is health-checked and opened as for any query, and a transaction that
   already failed refuses the statement (``TransactionManagementError``);
 - a driver error becomes Django's (``OperationalError``, ``IntegrityError`` …), and marks the
-  connection so Django closes it at the end of the request;
+  connection so Django checks it at the end of the request, and closes it if unusable;
 - the statement's placeholders are turned into the driver's once, when it is built;
 - whether it returns rows is said when it is built: psycopg makes a ``Column`` object per
   column each time ``cursor.description`` is asked (measured: 50 us for the session's read).
 
 On PostgreSQL the parameters are bound by the server, not quoted into the SQL by psycopg as
 Django's cursor does: a statement then is prepared on its connection once it has run
-``prepare_threshold`` times (``DATABASE_PREPARE_THRESHOLD``, ``signet_site/settings.py``),
-and PostgreSQL no longer parses and plans it at every run (measured: the session's read and
-write-back cost PostgreSQL 480 us of CPU unprepared, 300 us prepared). Django's own queries
-keep client-side binding, which never prepares.
+``SIGNET_PREPARE_THRESHOLD`` times there (``DATABASE_PREPARE_THRESHOLD``), and PostgreSQL no
+longer parses and plans it at every run (measured: the session's read and write-back cost
+PostgreSQL 480 us of CPU unprepared, 300 us prepared). Django's own queries keep
+client-side binding, which never prepares (``signet_site/postgresql``: ``binding_run``).
 
 Django's ``execute_wrappers`` (``connection.execute_wrapper``) do not see these statements.
 
@@ -88,10 +88,16 @@ def statement_run(
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
+        binding_run = getattr(connection, "binding_run", None)
+        if binding_run is not None:  # PostgreSQL, ours: binds on the server, and prepares
+            rows, rowcount = binding_run(
+                statement.native, params, returns_rows=statement.returns_rows
+            )
+            return StatementResult(rows=rows, rowcount=rowcount)
         if connection.vendor == "sqlite":  # its plain cursor: Django's rewrites each query
             cursor = connection.connection.cursor()
-        else:  # PostgreSQL binds on the server (``signet_site/postgresql``), if ours
-            cursor = getattr(connection, "binding_cursor", connection.create_cursor)()
+        else:
+            cursor = connection.create_cursor()
         try:
             cursor.execute(statement.native, params)
             rows = cursor.fetchall() if statement.returns_rows else []

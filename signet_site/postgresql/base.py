@@ -15,11 +15,15 @@ restart or a dropped link leaves behind, is checked as before.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db.backends.postgresql import base
 from django.db.backends.postgresql.psycopg_any import register_tzloader
+from psycopg import errors
 from psycopg.pq import Format
 
 RECENTLY_ANSWERED_SECONDS = 1.0
@@ -53,14 +57,54 @@ class DatabaseWrapper(base.DatabaseWrapper):
             super().close_if_health_check_failed()
         self.used_at = now
 
-    def binding_cursor(self) -> psycopg.Cursor[Any]:
-        """A cursor on this connection that sends parameters apart from the SQL, so that a
-        statement it runs ``prepare_threshold`` times is prepared (``services/statements.py``).
-        Django's cursors quote parameters into the SQL, which never prepares. Made as
-        ``create_cursor`` makes Django's: the connection's time zone for the values read."""
-        assert self.connection is not None
-        cursor: psycopg.Cursor[Any] = psycopg.Cursor(self.connection)
-        loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
+    def binding_run(
+        self, sql: str, params: Sequence[Any], *, returns_rows: bool
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """Run one of the hook path's statements (``services/statements.py``): its rows and
+        its row count.
+
+        Its parameters are sent apart from the SQL, so that once the statement has run
+        ``SIGNET_PREPARE_THRESHOLD`` times on this connection it is prepared. Django's
+        cursors quote parameters into the SQL, which never prepares, and Django leaves the
+        connection's ``prepare_threshold`` unset (for poolers that keep no prepared
+        statements): it is set here for the length of one statement, so Django's queries
+        are never counted towards preparing, nor kept in psycopg's list of candidates.
+
+        A prepared statement whose table changed since (a migration run by another host)
+        is refused by PostgreSQL on this connection from then on. Outside a transaction the
+        connection is then replaced and the statement run again; inside one, which has
+        failed, the connection is replaced once the request ends and the error is an
+        ``OperationalError`` (503: the hook client replays the event).
+        """
+        try:
+            return self._binding_run(sql, params, returns_rows=returns_rows)
+        except (errors.FeatureNotSupported, errors.InvalidSqlStatementName) as exc:
+            if self.in_atomic_block:
+                self.close_at = 0.0  # Django closes it at the end of the request
+                raise psycopg.OperationalError(
+                    f"a prepared statement no longer fits its table: {exc}"
+                ) from exc
+            self.close()
+            self.connect()
+            return self._binding_run(sql, params, returns_rows=returns_rows)
+
+    def _binding_run(
+        self, sql: str, params: Sequence[Any], *, returns_rows: bool
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        connection = self.connection
+        assert connection is not None
+        cursor: psycopg.Cursor[Any] = psycopg.Cursor(connection)
+        # Made as ``create_cursor`` makes Django's: the connection's time zone for values read.
+        loader = connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
         if self.timezone != getattr(loader, "timezone", None):
             register_tzloader(self.timezone, cursor)
-        return cursor
+        threshold = getattr(settings, "SIGNET_PREPARE_THRESHOLD", 5) or None
+        kept, connection.prepare_threshold = connection.prepare_threshold, threshold
+        try:
+            cursor.execute(sql, params)
+            return (cursor.fetchall() if returns_rows else []), cursor.rowcount
+        finally:
+            connection.prepare_threshold = kept
+            # As Django's cursor does: the error that propagates is the statement's, if any.
+            with suppress(psycopg.Error):
+                cursor.close()
