@@ -1,15 +1,23 @@
 """Queueing a session's checkpoint flush (``pending.pending_enqueue``) goes through one broker
-per process: on Redis, one connection for every flush queued, not one each."""
+per process: on Redis, one connection for every flush queued, not one each. A flush that
+succeeds leaves no task result behind; one that fails does."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 import redis
+from django.utils import timezone
 from django_q.conf import Conf
+from django_q.models import Task
+from django_q.monitor import save_task
+from django_q.signing import SignedPackage
 
+from checkpoints.models import Checkpoint, Trigger
 from checkpoints.services import pending
+from tests.factories import SessionFactory
 from tests.redisutil import RedisServer
 
 
@@ -48,3 +56,42 @@ def test_a_flush_queued_while_redis_is_down_is_lost_quietly_and_the_next_is_queu
     watcher = redis.Redis(port=redis_server.port)
     assert watcher.llen(redis_broker) == 1  # a new server: only the third is there
     watcher.close()
+
+
+def _pending_session() -> int:
+    """A session whose periodic checkpoint is pending and past its debounce; its id."""
+    session = SessionFactory.create(
+        prompt_count=10,
+        changed_since_checkpoint=True,
+        recent_prompts=["make the cart total include tax"],
+        checkpoint_pending_since=timezone.now() - timedelta(minutes=1),
+    )
+    return int(session.pk)
+
+
+@pytest.mark.django_db
+def test_a_flush_that_succeeds_leaves_no_task_result():
+    session_id = _pending_session()
+    pending.pending_enqueue(session_id=session_id)  # the suite's cluster runs it in place
+    assert Checkpoint.objects.filter(session_id=session_id, trigger=Trigger.PERIODIC).count() == 1
+    assert not Task.objects.filter(func=pending.FLUSH_TASK).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_flush_queued_is_kept_only_if_it_fails(redis_broker, redis_server):
+    # The suite runs tasks in place, where django-q2 raises a task's error instead of
+    # keeping it: here the package is taken as the cluster takes it, and its outcome saved.
+    pending.pending_enqueue(session_id=7)
+    watcher = redis.Redis(port=redis_server.port)
+    package = SignedPackage.loads(watcher.lpop(redis_broker))
+    watcher.close()
+    assert package["func"] == pending.FLUSH_TASK
+    assert package["args"] == (7,)
+    for success, result in ((True, False), (False, "RuntimeError: the database went away")):
+        outcome = {**package, "success": success, "result": result, "stopped": timezone.now()}
+        # "sync": the cluster would close its database connections first, the test's too.
+        save_task({**outcome, "sync": True}, pending._broker())
+    kept = Task.objects.get(func=pending.FLUSH_TASK)
+    assert kept.success is False
+    assert kept.result == "RuntimeError: the database went away"

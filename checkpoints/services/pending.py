@@ -107,13 +107,25 @@ def pending_enqueue(*, session_id: int) -> None:
     of the session or the sweep writes it. With the database as the broker, queueing is an
     INSERT: on SQLite it waits its turn on the writers' lock, not in SQLite's sleeping busy
     handler.
+
+    A flush that succeeds leaves no result row (``save=False``); one that fails is kept, as
+    every task's failure is. A kept success costs the cluster a transaction that loads every
+    kept result (up to ``save_limit``) to drop the oldest: one flush is queued per ten
+    prompts of every session, and the admin's list of successful tasks would hold nothing
+    else.
     """
     from django_q.conf import Conf
     from django_q.tasks import async_task
 
     try:
         with write_serialized() if Conf.ORM else nullcontext():
-            async_task(FLUSH_TASK, session_id, task_name="checkpoint-flush", broker=_broker())
+            async_task(
+                FLUSH_TASK,
+                session_id,
+                task_name="checkpoint-flush",
+                save=False,
+                broker=_broker(),
+            )
     except Exception:
         logger.exception("could not queue the checkpoint flush of session %s", session_id)
 
