@@ -5,7 +5,7 @@ Thin: the work is in ``checkpoints.services``.
 
 from __future__ import annotations
 
-from checkpoints.services.pending import checkpoint_flush_after_debounce, checkpoints_flush_due
+from checkpoints.services.pending import checkpoints_flush_due, checkpoints_flush_marked
 from checkpoints.services.retention import (
     background_priority,
     prune_scheduled,
@@ -15,9 +15,10 @@ from checkpoints.services.retention import (
 from checkpoints.services.throttling import counters_delete_expired
 
 
-def checkpoint_flush_task(session_id: int) -> bool:
-    """Queued by the hook path: write a session's pending checkpoint after its debounce."""
-    return checkpoint_flush_after_debounce(session_id=session_id)
+def checkpoints_flush_marked_task(marked_before: float) -> int:
+    """Queued by the hook path for the marks a web process makes before ``marked_before`` (a
+    Unix time): once they are past their debounce, write every checkpoint due (how many)."""
+    return checkpoints_flush_marked(marked_before=marked_before)
 
 
 def checkpoints_sweep_task() -> int:

@@ -25,8 +25,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
         "NAME": str(Path(tempfile.gettempdir()) / f"signet-test-{os.getpid()}.sqlite3")
     }
 
-# Pending checkpoints are written as soon as they are marked, unless a test sets a debounce.
+# Pending checkpoints are written as soon as they are marked, unless a test sets a debounce;
+# each mark queues its own flush (run in place), unless a test sets a batch.
 SIGNET_CONFIG_DEFAULTS = {**SIGNET_CONFIG_DEFAULTS, "debounce_seconds": 0.0}  # noqa: F405
+SIGNET_FLUSH_BATCH_SECONDS = 0.0
 
 # The prune's pause between batches is for live hooks; the tests have none to wait for.
 SIGNET_PRUNE_PAUSE_RATIO = 0.0

@@ -22,6 +22,7 @@ from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 
 from checkpoints.api.throttles import TokenScopeThrottle
+from checkpoints.services import pending
 from checkpoints.services.config import config_cache_clear
 from checkpoints.services.host_counters import host_counters_clear, host_counters_path
 from checkpoints.services.throttling import counters_file
@@ -49,6 +50,13 @@ def pytest_sessionfinish() -> None:
     counters = host_counters_path(database_name=str(name)) if name else None
     if counters is not None and os.path.exists(counters):
         os.remove(counters)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_flush_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test that batches flushes must not leave the next test's first mark riding on a
+    # task queued before it (``pending.pending_enqueue``).
+    monkeypatch.setattr(pending, "_batch_ends", float("-inf"))
 
 
 @pytest.fixture(autouse=True)

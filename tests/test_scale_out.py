@@ -312,9 +312,10 @@ def test_two_web_hosts_and_one_cluster_share_postgresql_and_redis_exactly(tmp_pa
         statuses = send_all(jobs)
         assert Counter(statuses) == {200: len(jobs)}, (Counter(statuses), processes.tails())
 
-        # Marked and queued on Redis, not written: no cluster runs yet.
+        # Marked and queued on Redis, not written: no cluster runs yet. A web process queues
+        # one flush for the marks it makes within a second: fewer tasks than marks, maybe.
         before = db_state(setup)
-        assert broker.llen(QUEUE_KEY) == SESSIONS
+        assert 1 <= broker.llen(QUEUE_KEY) <= SESSIONS
         assert before["sessions"] == {
             key: {
                 "owner": "alice",
