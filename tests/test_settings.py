@@ -35,6 +35,7 @@ out = {
     "broker": "redis" if "redis" in settings.Q_CLUSTER else "orm",
     "debug": settings.DEBUG,
     "prepare_threshold": settings.SIGNET_PREPARE_THRESHOLD,
+    "flush_batch": settings.SIGNET_FLUSH_BATCH_SECONDS,
 }
 if out["engine"].endswith("sqlite3"):
     with connection.cursor() as cursor:
@@ -99,6 +100,15 @@ def test_prepared_statements_can_be_turned_off_for_a_pooler(tmp_path):
     refused = run_settings(tmp_path, DATABASE_URL=url, DATABASE_PREPARE_THRESHOLD="-1")
     assert refused.returncode != 0
     assert "DATABASE_PREPARE_THRESHOLD must be 0 (never) or more" in refused.stderr
+
+
+def test_flush_batch_defaults_to_a_second_and_refuses_what_would_stall_checkpoints(tmp_path):
+    assert probe(tmp_path)["flush_batch"] == 1.0
+    assert probe(tmp_path, SIGNET_FLUSH_BATCH_SECONDS="0")["flush_batch"] == 0.0
+    for wrong in ("-1", "61"):
+        refused = run_settings(tmp_path, SIGNET_FLUSH_BATCH_SECONDS=wrong)
+        assert refused.returncode != 0
+        assert "SIGNET_FLUSH_BATCH_SECONDS must be between 0 and 60" in refused.stderr
 
 
 def test_redis_url_moves_cache_and_broker(tmp_path):
