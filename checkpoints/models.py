@@ -153,6 +153,15 @@ class Session(models.Model):
             # A session that arrives with only its cwd joins the known git top-level above it
             # (``projects.project_known``): without it, a scan of all the owner's sessions.
             models.Index(fields=["owner", "git_root"], name="session_owner_git_root"),
+            # The sessions whose periodic checkpoint is pending, oldest mark first: what the
+            # sweep and each flush task look for (``pending.checkpoints_flush_due``). Only
+            # the few pending rows are in it, so a prompt that leaves the mark alone never
+            # touches it.
+            models.Index(
+                fields=["checkpoint_pending_since"],
+                condition=Q(checkpoint_pending_since__isnull=False),
+                name="session_pending_since",
+            ),
         ]
 
     def __str__(self) -> str:

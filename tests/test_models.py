@@ -82,6 +82,23 @@ def test_recoverys_look_ups_walk_an_index_newest_first_without_sorting(owner, te
         assert "Sort" not in plan  # PostgreSQL's
 
 
+def test_the_sweeps_look_up_of_pending_checkpoints_walks_its_index(owner):
+    now = timezone.now()
+    for number in range(3):
+        SessionFactory(owner=owner, checkpoint_pending_since=now - timedelta(seconds=number))
+        SessionFactory(owner=owner)  # nothing pending: not in the index
+    due = (
+        Session.objects.filter(checkpoint_pending_since__lte=now)
+        .order_by("checkpoint_pending_since")
+        .values_list("pk", flat=True)[:500]
+    )
+    plan = _plan(due)
+    assert "session_pending_since" in plan
+    assert "TEMP B-TREE" not in plan  # SQLite's sort
+    assert "Sort" not in plan  # PostgreSQL's
+    assert len(list(due)) == 3
+
+
 def test_session_key_is_unique_per_owner_only(owner, teammate):
     SessionFactory(owner=owner, session_key="abc")
     SessionFactory(owner=teammate, session_key="abc")  # another owner may reuse the key
