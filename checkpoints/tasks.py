@@ -15,6 +15,12 @@ from checkpoints.services.retention import (
 from checkpoints.services.throttling import counters_delete_expired
 
 
+def checkpoint_flush_task(session_id: int) -> int:
+    """What versions before the flush batches queued, one per mark: still in a queue after
+    an upgrade, or queued by a web host not yet upgraded. Writes every checkpoint due."""
+    return checkpoints_flush_due()
+
+
 def checkpoints_flush_marked_task(marked_before: float) -> int:
     """Queued by the hook path for the marks a web process makes before ``marked_before`` (a
     Unix time): once they are past their debounce, write every checkpoint due (how many)."""

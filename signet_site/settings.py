@@ -189,8 +189,8 @@ else:
 # A web process queues at most one checkpoint flush task per this many seconds: the marks it
 # makes meanwhile ride on it (``checkpoints/services/pending.py``). 0: one task per mark.
 SIGNET_FLUSH_BATCH_SECONDS = env.float("SIGNET_FLUSH_BATCH_SECONDS", default=1.0)
-if not 0 <= SIGNET_FLUSH_BATCH_SECONDS <= 60:
-    raise ImproperlyConfigured("SIGNET_FLUSH_BATCH_SECONDS must be between 0 and 60")
+if not 0 <= SIGNET_FLUSH_BATCH_SECONDS <= 10:
+    raise ImproperlyConfigured("SIGNET_FLUSH_BATCH_SECONDS must be between 0 and 10")
 
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

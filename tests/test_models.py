@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from checkpoints.ids import uuid7
 from checkpoints.models import ApiToken, Checkpoint, ContinuityConfig, Session
+from checkpoints.services.pending import pending_due_sessions
 from checkpoints.services.tokens import token_create, token_revoke
 from tests.factories import CheckpointFactory, SessionFactory
 
@@ -87,11 +88,7 @@ def test_the_sweeps_look_up_of_pending_checkpoints_walks_its_index(owner):
     for number in range(3):
         SessionFactory(owner=owner, checkpoint_pending_since=now - timedelta(seconds=number))
         SessionFactory(owner=owner)  # nothing pending: not in the index
-    due = (
-        Session.objects.filter(checkpoint_pending_since__lte=now)
-        .order_by("checkpoint_pending_since")
-        .values_list("pk", flat=True)[:500]
-    )
+    due = pending_due_sessions(cutoff=now).values_list("pk", flat=True)[:500]
     plan = _plan(due)
     assert "session_pending_since" in plan
     assert "TEMP B-TREE" not in plan  # SQLite's sort

@@ -12,11 +12,12 @@ the hosts start, as the README says to.
 Then, with hooks sent to both ports by turns, every session's events landing on both hosts:
 
 - every prompt is counted exactly once (``Session.prompt_count``);
-- the periodic checkpoint each session falls due for is only marked on the hook path and
-  queued: the Redis list ``django_q:<name>:q`` holds exactly one flush task per session
-  and no checkpoint exists yet; once the cluster starts, it writes exactly one checkpoint
-  per session, each accounted for by the results of the tasks it ran (the flush tasks, or
-  the every-minute sweep), and django-q2's ORM queue stays empty;
+- the periodic checkpoint each session falls due for is only marked on the hook path: the
+  Redis list ``django_q:<name>:q`` holds flush tasks (at most one per web process and
+  batch, so at most one per session) and no checkpoint exists yet; once the cluster starts,
+  it takes every task and writes exactly one checkpoint per session (by its flush tasks or
+  its every-minute sweep; no hook comes meanwhile), no flush task fails, and django-q2's
+  ORM queue stays empty;
 - both web hosts report the cluster (running on neither of them) in ``/healthz``;
 - one ingest throttle budget (``SIGNET_THROTTLE_INGEST``, set low here) is shared by both
   hosts: a token sending more than the budget, split across the two ports, gets exactly
@@ -53,6 +54,7 @@ from django.conf import settings
 from django.db import connection
 from psycopg import sql
 
+from checkpoints.services import pending
 from tests.hookutil import HOOK_URL, payload
 from tests.processes import manage
 from tests.test_serve import free_port
@@ -60,7 +62,7 @@ from tests.test_serve import free_port
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 REDIS_TEST_URL = "redis://127.0.0.1:6379/9"
 QUEUE_KEY = "django_q:signet:q"  # django-q2's Redis list: django_q:<Q_CLUSTER name>:q
-FLUSH_TASK = "checkpoints.tasks.checkpoint_flush_task"
+FLUSH_TASK = pending.FLUSH_TASK
 
 SESSIONS = 16
 PROMPT_INTERVAL = 3  # each session sends this many prompts: one periodic checkpoint falls due

@@ -1,30 +1,31 @@
 """Pending periodic checkpoints: marked on the hot path, written after the debounce.
 
 The hook path only marks a session's periodic checkpoint as pending (``pending_mark_if_due``)
-and queues a flush task. The write happens once ``debounce_seconds`` have passed since the
-mark, by whichever comes first: the session's next event, the queued task, or the every-minute
-sweep. One rule, ``pending_due``, decides for all of them; the session row lock makes sure one
-mark yields one checkpoint.
+and sees to it that a flush task is queued (``pending_enqueue``). The write happens once
+``debounce_seconds`` have passed since the mark, by whichever comes first: the session's next
+event, a flush task, or the every-minute sweep. One rule, ``pending_due``, decides for all of
+them; the session row lock makes sure one mark yields one checkpoint.
 
 A web process queues at most one flush task per ``SIGNET_FLUSH_BATCH_SECONDS``: the marks it
 makes meanwhile ride on the task already queued, which waits until the last of them is past
-its debounce and then writes every checkpoint due (``pending_enqueue``). So the cluster's work
-grows with time, not with the number of sessions marking: each task costs it about a
-millisecond of CPU whatever it writes, and under load one was queued per ten prompts.
+its debounce and then writes every checkpoint due. So the number of tasks grows with time,
+not with the number of marks; each costs the cluster about a millisecond of CPU, whatever it
+writes.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import cache
+from time import monotonic, sleep
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FLUSH_TASK = "checkpoints.tasks.checkpoints_flush_marked_task"
-# A worker waits out at most this much of a debounce; the sweep covers anything longer.
+# A flush task waits out at most this much of a debounce (beyond its batch); the sweep covers
+# anything longer.
 MAX_DEBOUNCE_WAIT_SECONDS = 10.0
 
 
@@ -113,15 +115,17 @@ _batch_ends = float("-inf")
 
 
 def pending_enqueue(*, session_id: int) -> None:
-    """See to it that the session's pending checkpoint is written off the request.
+    """See to it that the session's pending checkpoint (just marked and committed) is written
+    off the request; ``session_id`` only names it in the log.
 
     The first mark of a batch queues a flush task covering the marks this process makes in
     the next ``SIGNET_FLUSH_BATCH_SECONDS``; the others ride on it. The task is named by its
     dotted path, so nothing here imports the task module. Failing to queue (broker down)
-    loses nothing: the mark stays in the database and the next event of the session or the
-    sweep writes it, and the next mark tries to queue again. With the database as the
-    broker, queueing is an INSERT: on SQLite it waits its turn on the writers' lock, not in
-    SQLite's sleeping busy handler.
+    loses nothing: the marks of that batch stay in the database, and their sessions' next
+    events or the sweep write them; the first mark after the batch tries again (once per
+    batch and process, not at every mark: a broker that drops packets stalls each try). With
+    the database as the broker, queueing is an INSERT: on SQLite it waits its turn on the
+    writers' lock, not in SQLite's sleeping busy handler.
 
     A flush that succeeds leaves no result row (``save=False``); one that fails is kept, as
     every task's failure is. A kept success costs the cluster a transaction that loads every
@@ -134,23 +138,25 @@ def pending_enqueue(*, session_id: int) -> None:
 
     batch = settings.SIGNET_FLUSH_BATCH_SECONDS
     with _batch_lock:
-        began = time.monotonic()
+        began = monotonic()
         if began < _batch_ends:
             return  # the task queued for this batch writes it
         _batch_ends = began + batch
+    # The marks covered are made before this, by the clock they are stamped with.
+    marked_before = timezone.now().timestamp() + batch
     try:
         with write_serialized() if Conf.ORM else nullcontext():
             async_task(
                 FLUSH_TASK,
-                time.time() + batch,  # the marks covered are made before this (wall clock)
+                marked_before,
                 task_name="checkpoint-flush",
                 save=False,
                 broker=_broker(),
             )
     except Exception:
-        logger.exception("could not queue the checkpoint flush of session %s", session_id)
-        with _batch_lock:
-            _batch_ends = float("-inf")  # the next mark queues one
+        logger.exception(
+            "could not queue the checkpoint flush of a batch (session %s first)", session_id
+        )
 
 
 @cache
@@ -185,22 +191,43 @@ def checkpoint_flush(*, session_id: int, now: datetime | None = None) -> bool:
     return True
 
 
+class FlushFailed(Exception):
+    """Some of the checkpoints due could not be written (each logged); the others were."""
+
+
 def checkpoints_flush_marked(*, marked_before: float) -> int:
-    """Wait until marks made before ``marked_before`` (a Unix time) are past their debounce
-    (at most ``MAX_DEBOUNCE_WAIT_SECONDS``), then write every checkpoint due; how many."""
-    wait = marked_before + config_get().debounce_seconds - time.time()
+    """A flush task: wait until the marks made before ``marked_before`` (a Unix time) are
+    past their debounce, then write every checkpoint due; how many. It waits at most the
+    batch it covers and ``MAX_DEBOUNCE_WAIT_SECONDS``, on the clock marks are stamped with."""
+    wait = marked_before + config_get().debounce_seconds - timezone.now().timestamp()
     if wait > 0:
-        time.sleep(min(wait, MAX_DEBOUNCE_WAIT_SECONDS))
+        sleep(min(wait, settings.SIGNET_FLUSH_BATCH_SECONDS + MAX_DEBOUNCE_WAIT_SECONDS))
     return checkpoints_flush_due()
 
 
+def pending_due_sessions(*, cutoff: datetime) -> QuerySet[Session]:
+    """The sessions whose pending mark was made at or before ``cutoff``, oldest mark first
+    (through the ``session_pending_since`` index)."""
+    return Session.objects.filter(checkpoint_pending_since__lte=cutoff).order_by(
+        "checkpoint_pending_since"
+    )
+
+
 def checkpoints_flush_due(*, now: datetime | None = None, limit: int = 500) -> int:
-    """The sweep: flush every session whose pending checkpoint is past its debounce."""
+    """Write every pending checkpoint past its debounce (at most ``limit``, oldest first);
+    how many. The sweep and the flush tasks. A session whose write fails is logged and
+    passed over, the others written; then ``FlushFailed`` is raised, so the task is kept as
+    failed."""
     now = now or timezone.now()
     cutoff = pending_cutoff(config=config_get(), now=now)
-    ids = list(
-        Session.objects.filter(checkpoint_pending_since__lte=cutoff)
-        .order_by("checkpoint_pending_since")
-        .values_list("pk", flat=True)[:limit]
-    )
-    return sum(checkpoint_flush(session_id=pk, now=now) for pk in ids)
+    ids = list(pending_due_sessions(cutoff=cutoff).values_list("pk", flat=True)[:limit])
+    written = failed = 0
+    for pk in ids:
+        try:
+            written += checkpoint_flush(session_id=pk, now=now)
+        except Exception:
+            logger.exception("could not write the pending checkpoint of session %s", pk)
+            failed += 1
+    if failed:
+        raise FlushFailed(f"{failed} of {len(ids)} pending checkpoints could not be written")
+    return written
