@@ -227,3 +227,18 @@ def test_a_flush_task_queued_by_an_earlier_version_still_writes_what_is_due():
     session_id = _pending_session()
     assert tasks.checkpoint_flush_task(session_id) == 1
     assert Checkpoint.objects.filter(session_id=session_id, trigger=Trigger.PERIODIC).exists()
+
+
+@pytest.mark.django_db
+def test_failures_in_a_row_stop_the_flush_instead_of_trying_every_session(monkeypatch):
+    due = [_pending_session() for _ in range(6)]
+    tried: list[int] = []
+
+    def flush(*, session_id: int, now: Any = None) -> bool:
+        tried.append(session_id)
+        raise DatabaseError("the database went away")
+
+    monkeypatch.setattr(pending, "checkpoint_flush", flush)
+    with pytest.raises(pending.FlushFailed, match="3 pending checkpoints in a row"):
+        pending.checkpoints_flush_due()
+    assert tried == due[: pending.FLUSH_FAILURES_IN_A_ROW]  # oldest mark first

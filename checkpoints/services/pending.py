@@ -43,6 +43,8 @@ FLUSH_TASK = "checkpoints.tasks.checkpoints_flush_marked_task"
 # A flush task waits out at most this much of a debounce (beyond its batch); the sweep covers
 # anything longer.
 MAX_DEBOUNCE_WAIT_SECONDS = 10.0
+# Writes failing one after the other, after which a flush gives up on the rest.
+FLUSH_FAILURES_IN_A_ROW = 3
 
 
 def pending_cutoff(*, config: ContinuityConfig, now: datetime) -> datetime:
@@ -217,17 +219,26 @@ def checkpoints_flush_due(*, now: datetime | None = None, limit: int = 500) -> i
     """Write every pending checkpoint past its debounce (at most ``limit``, oldest first);
     how many. The sweep and the flush tasks. A session whose write fails is logged and
     passed over, the others written; then ``FlushFailed`` is raised, so the task is kept as
-    failed."""
+    failed. ``FLUSH_FAILURES_IN_A_ROW`` failures one after the other stop it at once: the
+    database itself is failing, and the rest would fail (and be logged) alike."""
     now = now or timezone.now()
     cutoff = pending_cutoff(config=config_get(), now=now)
     ids = list(pending_due_sessions(cutoff=cutoff).values_list("pk", flat=True)[:limit])
-    written = failed = 0
+    written = failed = in_a_row = 0
     for pk in ids:
         try:
             written += checkpoint_flush(session_id=pk, now=now)
         except Exception:
             logger.exception("could not write the pending checkpoint of session %s", pk)
             failed += 1
+            in_a_row += 1
+            if in_a_row >= FLUSH_FAILURES_IN_A_ROW:
+                raise FlushFailed(
+                    f"{in_a_row} pending checkpoints in a row could not be written; "
+                    f"{written} were, {len(ids) - written - failed} not tried"
+                ) from None
+        else:
+            in_a_row = 0
     if failed:
         raise FlushFailed(f"{failed} of {len(ids)} pending checkpoints could not be written")
     return written
