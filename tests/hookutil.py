@@ -10,11 +10,21 @@ from typing import Any
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from checkpoints.services.config import config_cache_clear, config_get, config_save
 from hooks.signet_hook import transcript_extract
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude_code"
 HOOK_URL = "/api/hooks/claude-code/"
 TRANSCRIPT = FIXTURES / "transcript.jsonl"
+
+
+def configure(**fields: Any) -> None:
+    """Change the continuity config's ``fields`` and see them at once."""
+    config = config_get()
+    for name, value in fields.items():
+        setattr(config, name, value)
+    config_save(config=config)
+    config_cache_clear()  # what the commit does; a test's transaction never commits
 
 
 def throttle_statements() -> list[str]:

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Session
-from checkpoints.services.config import config_cache_clear, config_get, config_save
-from tests.hookutil import context_of, payload, send, throttle_statements
+from checkpoints.services.config import config_get
+from tests.hookutil import configure, context_of, payload, send, throttle_statements
 
 pytestmark = pytest.mark.django_db
 
@@ -39,14 +39,6 @@ def prompt(hook: Any, text: str = "go on") -> str:
     response = send(hook, payload("user_prompt_submit", prompt=text))
     assert response.status_code == 200, response.content
     return context_of(response)
-
-
-def configure(**fields: Any) -> None:
-    config = config_get()
-    for name, value in fields.items():
-        setattr(config, name, value)
-    config_save(config=config)
-    config_cache_clear()  # the test's transaction never commits, so on_commit never runs
 
 
 def session() -> Session:

@@ -7,10 +7,10 @@ import pytest
 from checkpoints.harnesses.base import remembered_text
 from checkpoints.harnesses.claude_code import REMEMBER_PREFIXES
 from checkpoints.models import Checkpoint, HookDelivery, Injection, Session, Trigger
-from checkpoints.services.config import config_cache_clear, config_get, config_save
+from checkpoints.services.config import config_get
 from checkpoints.services.events import query_terms
 from checkpoints.services.pending import checkpoints_flush_due
-from tests.hookutil import TRANSCRIPT, client_read, context_of, payload, send
+from tests.hookutil import TRANSCRIPT, client_read, configure, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
@@ -21,14 +21,6 @@ PROJECT = "/home/alice/projects/webapp"
 @pytest.fixture
 def hook(client_for, owner):
     return client_for(owner, "ingest")
-
-
-def configure(**fields):
-    config = config_get()
-    for name, value in fields.items():
-        setattr(config, name, value)
-    config_save(config=config)
-    config_cache_clear()  # what the commit does; a test's transaction never commits
 
 
 def prompt(hook, text="Add rate limiting to POST /api/login", session=SESSION, **extra):

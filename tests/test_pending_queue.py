@@ -21,9 +21,8 @@ from django_q.signing import SignedPackage
 from checkpoints import tasks
 from checkpoints.models import Checkpoint, Trigger
 from checkpoints.services import pending
-from checkpoints.services.config import config_cache_clear, config_get, config_save
 from tests.factories import SessionFactory
-from tests.hookutil import Clock
+from tests.hookutil import Clock, configure
 from tests.redisutil import RedisServer
 
 
@@ -171,14 +170,6 @@ def test_a_session_that_cannot_be_written_leaves_the_others_written(monkeypatch)
         pending.checkpoints_flush_due()
     written = Checkpoint.objects.values_list("session_id", flat=True)
     assert sorted(written) == sorted([first, last])
-
-
-def configure(**fields: Any) -> None:
-    config = config_get()
-    for name, value in fields.items():
-        setattr(config, name, value)
-    config_save(config=config)
-    config_cache_clear()  # what the commit does; a test's transaction never commits
 
 
 def _pending_session(marked: datetime | None = None) -> int:

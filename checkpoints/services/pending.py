@@ -135,15 +135,15 @@ def pending_enqueue(*, session_id: int) -> None:
     successful tasks would hold little else.
     """
     global _batch_ends
-    from django_q.conf import Conf
-    from django_q.tasks import async_task
-
     batch = settings.SIGNET_FLUSH_BATCH_SECONDS
     with _batch_lock:
         began = monotonic()
         if began < _batch_ends:
             return  # the task queued for this batch writes it
         _batch_ends = began + batch
+    from django_q.conf import Conf
+    from django_q.tasks import async_task
+
     # The marks covered are made before this, by the clock they are stamped with.
     marked_before = timezone.now().timestamp() + batch
     try:

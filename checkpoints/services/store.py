@@ -287,7 +287,7 @@ CHECKPOINT_REFERENCES = (
 def checkpoints_delete_ids(*, ids: Sequence[uuid.UUID]) -> int:
     """Delete these checkpoints in the caller's transaction, in three statements whatever
     their number: children and injections lose the reference (both ``SET_NULL``), then the
-    rows go. Returns the number deleted. For bulk deletes (the prune)."""
+    rows go. Returns the number deleted. For the prune and the per-session cap."""
     if not ids:
         return 0
     Checkpoint.objects.filter(parent_id__in=ids).update(parent=None)

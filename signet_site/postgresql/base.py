@@ -98,7 +98,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         loader = connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
         if self.timezone != getattr(loader, "timezone", None):
             register_tzloader(self.timezone, cursor)
-        threshold = getattr(settings, "SIGNET_PREPARE_THRESHOLD", 5) or None
+        threshold = settings.SIGNET_PREPARE_THRESHOLD or None
         kept, connection.prepare_threshold = connection.prepare_threshold, threshold
         try:
             cursor.execute(sql, params)
