@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from checkpoints.models import ThrottleCounter
 from checkpoints.services.statements import Statement, statement_build, statement_run
+from signet_site.postgresql import base as postgresql_base
 
 pytestmark = pytest.mark.django_db
 
@@ -93,10 +94,19 @@ def prepared_statements() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def count_select() -> Statement:
+def prepared_statement_names() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def count_select(tag: str = "") -> Statement:
+    """``tag``: a comment that makes it a statement of its own (one prepared by an earlier
+    test stays prepared on the connection: a rollback keeps it)."""
+    comment = f"/* {tag} */ " if tag else ""
     return statement_build(
         alias="default",
-        sql=f"SELECT count FROM {TABLE} WHERE window_end = %s AND bucket = %s",  # noqa: S608
+        sql=f"{comment}SELECT count FROM {TABLE} WHERE window_end = %s AND bucket = %s",  # noqa: S608
         returns_rows=True,
     )
 
@@ -106,11 +116,11 @@ def count_select() -> Statement:
 def test_postgresql_prepares_a_statement_once_it_ran_the_threshold_times(settings, threshold):
     settings.SIGNET_PREPARE_THRESHOLD = threshold
     insert("a", 10, 3)
-    select = count_select()
-    for _ in range(3):
+    select = count_select(f"threshold {threshold}")
+    for run in range(1, 4):
         assert statement_run(statement=select, params=[10, "a"]).rows == [(3,)]
-    ours = [sql for sql in prepared_statements() if "window_end = $1 AND bucket = $2" in sql]
-    assert len(ours) == (1 if threshold else 0)  # 0: never
+        ours = [sql for sql in prepared_statements() if f"threshold {threshold}" in sql]
+        assert len(ours) == (1 if threshold and run > threshold else 0)  # 0: never
 
 
 @postgresql_only
@@ -140,8 +150,16 @@ def test_a_prepared_statement_whose_table_changed_is_replaced_not_refused_for_ev
     try:
         other.execute(f"ALTER TABLE {TABLE} ALTER COLUMN count TYPE bigint")
         if in_transaction:
-            with pytest.raises(OperationalError), transaction.atomic():
-                statement_run(statement=select, params=[10, "a"])
+
+            def begun_then_run() -> None:
+                # Begun by a query first: the statement that begins one runs on psycopg's
+                # cursor, whose own statements are prepared apart.
+                with transaction.atomic():
+                    assert ThrottleCounter.objects.filter(bucket="a").exists()
+                    statement_run(statement=select, params=[10, "a"])
+
+            with pytest.raises(OperationalError):
+                begun_then_run()
             assert connection.close_at == 0.0  # replaced once the request ends
             connection.close_if_unusable_or_obsolete()
         else:
@@ -151,3 +169,67 @@ def test_a_prepared_statement_whose_table_changed_is_replaced_not_refused_for_ev
         connection.close()  # its session's locks and statements go before the table changes
         other.execute(f"ALTER TABLE {TABLE} ALTER COLUMN count TYPE integer")
         other.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_that_begins_a_transaction_is_part_of_it():
+    """The first statement of an ``atomic`` block is rolled back with the block (on
+    PostgreSQL psycopg begins the transaction with it)."""
+
+    def two_then_fail() -> None:
+        with transaction.atomic():
+            insert("first", 10)
+            insert("second", 10)
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        two_then_fail()
+    insert("after", 10)  # autocommit again
+    assert list(ThrottleCounter.objects.values_list("bucket", flat=True)) == ["after"]
+
+
+@postgresql_only
+def test_values_go_and_come_back_as_the_orm_has_them(settings):
+    """Parameters are sent untyped, in text: PostgreSQL types each from its column."""
+    settings.SIGNET_PREPARE_THRESHOLD = 1
+    insert("a", 10, 3)
+    select = statement_build(
+        alias="default",
+        sql=f"SELECT bucket, count, %s::text IS NULL FROM {TABLE} WHERE bucket = %s",  # noqa: S608
+        returns_rows=True,
+    )
+    for _ in range(3):  # unprepared, then prepared
+        assert statement_run(statement=select, params=[None, "a"]).rows == [("a", 3, True)]
+        assert statement_run(statement=select, params=["ü", "a"]).rows == [("a", 3, False)]
+
+
+@postgresql_only
+def test_a_connection_keeps_at_most_its_share_of_prepared_statements(settings, monkeypatch):
+    settings.SIGNET_PREPARE_THRESHOLD = 1
+    insert("a", 10, 3)
+    ours_before = [name for name in prepared_statement_names() if name.startswith("signet_")]
+    monkeypatch.setattr(postgresql_base, "PREPARED_MAX", len(ours_before) + 1)
+    first, second = count_select("kept first"), count_select("kept second")
+    for _ in range(3):
+        assert statement_run(statement=first, params=[10, "a"]).rows == [(3,)]
+        assert statement_run(statement=second, params=[10, "a"]).rows == [(3,)]
+    ours = prepared_statements()
+    assert [sql for sql in ours if "kept first" in sql] != []
+    assert [sql for sql in ours if "kept second" in sql] == []  # runs unprepared
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_the_server_dropped_is_an_operational_error_then_replaced():
+    insert("a", 10, 3)
+    select = count_select()
+    other = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    try:
+        other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+    finally:
+        other.close()
+    with pytest.raises(OperationalError):
+        statement_run(statement=select, params=[10, "a"])
+    assert connection.errors_occurred
+    connection.close_if_unusable_or_obsolete()  # as at the end of the request
+    assert statement_run(statement=select, params=[10, "a"]).rows == [(3,)]
