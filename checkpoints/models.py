@@ -79,7 +79,10 @@ class Session(models.Model):
         help_text="The session this one continues (handoff lineage).",
     )
     started_at = models.DateTimeField(default=timezone.now)
-    last_activity_at = models.DateTimeField(default=timezone.now)
+    last_activity_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="The session's last event, to the minute (services/sessions.py: ACTIVITY_GRAIN).",
+    )
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=64, blank=True)
     model = models.CharField(max_length=128, blank=True)

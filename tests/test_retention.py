@@ -318,7 +318,7 @@ def test_idle_sessions_are_ended_with_a_final_checkpoint(hook, clock):
     send(hook, payload("session_end", session_id="idle-quiet"))
     clock.advance(minutes=200)
     prompt(hook, "still here", session_id="idle-busy")
-    clock.advance(minutes=41)
+    clock.advance(minutes=42)  # idle-1: 242 minutes, past 240 and the minute it is kept to
 
     report = sessions_close_idle()
 
@@ -339,7 +339,7 @@ def test_an_idle_session_with_its_checkpoint_already_written_gets_no_new_one(hoo
     configure(idle_session_minutes=60, prompt_interval=1)
     prompt(hook, "one")  # due at once, and no debounce in the tests
     assert checkpoints_flush_due() == 1
-    clock.advance(minutes=61)
+    clock.advance(minutes=62)
     sessions_close_idle()
     assert Checkpoint.objects.count() == 1
     assert Session.objects.get().end_reason == "idle"
@@ -351,17 +351,30 @@ def test_a_pending_checkpoint_is_written_before_the_idle_end(hook, clock):
     session = Session.objects.get()
     assert session.checkpoint_pending_since is not None
     assert not Checkpoint.objects.exists()
-    clock.advance(minutes=61)
+    clock.advance(minutes=62)
     sessions_close_idle()
     session.refresh_from_db()
     assert session.checkpoint_pending_since is None
     assert Checkpoint.objects.get().prompt_count == 1
 
 
+def test_a_session_is_never_ended_before_its_idle_time(hook, clock):
+    """Its last activity is kept to the minute (ACTIVITY_GRAIN): a prompt 50 s after the
+    one recorded leaves the time as it was, and still counts."""
+    configure(idle_session_minutes=60)
+    prompt(hook, "one")
+    clock.advance(seconds=50)
+    prompt(hook, "two")  # within the minute: not recorded
+    clock.advance(minutes=59, seconds=40)  # 59:40 since "two", 60:30 since "one"
+    assert sessions_close_idle().closed == 0
+    clock.advance(minutes=2)
+    assert sessions_close_idle().closed == 1
+
+
 def test_the_agent_coming_back_reopens_a_session_ended_for_silence(hook, clock):
     configure(idle_session_minutes=60)
     prompt(hook, "one")
-    clock.advance(minutes=61)
+    clock.advance(minutes=62)
     sessions_close_idle()
     prompt(hook, "back from lunch")
     session = Session.objects.get()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import signals
 from django.utils import timezone
 from django_q.conf import Conf
@@ -17,6 +18,8 @@ from checkpoints.services.engine import PROMPT_FIELDS, handlers
 from checkpoints.services.pending import checkpoint_flush, pending_checkpoint_if_due
 from checkpoints.services.recovery import recovery_prepare
 from checkpoints.services.sessions import (
+    ACTIVITY_GRAIN,
+    activity_mark,
     session_insert,
     session_lock,
     session_read,
@@ -412,3 +415,50 @@ def test_a_prompt_owed_a_recovery_whose_checkpoint_falls_due_recovers_from_that_
     assert injection is not None
     assert (injection.source, injection.checkpoint_id) == ("prompt", written.pk)
     assert injection.match == "session"
+
+
+@pytest.mark.parametrize(
+    ("after", "replayed", "moved"),
+    [
+        (timedelta(seconds=59), False, False),  # within the minute: the row keeps its time
+        (ACTIVITY_GRAIN, False, True),
+        (timedelta(seconds=-5), False, True),  # another host's clock behind: its time
+        (timedelta(seconds=-5), True, False),  # a replay never moves it back
+        (timedelta(minutes=3), True, True),
+    ],
+)
+def test_activity_is_kept_to_the_minute(after, replayed, moved):
+    recorded = timezone.now()
+    session = Session(last_activity_at=recorded)
+    activity_mark(session=session, now=recorded + after, replayed=replayed)
+    assert session.last_activity_at == (recorded + after if moved else recorded)
+
+
+def test_prompts_within_the_minute_leave_the_indexed_time_alone(client_for, owner):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("user_prompt_submit", prompt="one"))
+    first = Session.objects.get().last_activity_at
+    send(hook, payload("user_prompt_submit", prompt="two"))
+    session = Session.objects.get()
+    assert (session.prompt_count, session.last_activity_at) == (2, first)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="HOT updates: PostgreSQL")
+def test_on_postgresql_a_prompt_within_the_minute_rewrites_the_row_in_place(client_for, owner):
+    hook = client_for(owner, "ingest")
+    send(hook, payload("user_prompt_submit", prompt="one"))
+
+    def updates() -> tuple[int, int]:  # this transaction's, so far
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+                " WHERE relid = %s::regclass",
+                [Session._meta.db_table],
+            )
+            return cursor.fetchone() or (0, 0)
+
+    before = updates()
+    send(hook, payload("user_prompt_submit", prompt="two"))
+    send(hook, payload("user_prompt_submit", prompt="three"))
+    after = updates()
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 2)  # both HOT

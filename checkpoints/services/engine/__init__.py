@@ -34,6 +34,7 @@ from checkpoints.services.pending import pending_due, pending_enqueue, pending_m
 from checkpoints.services.pressure import pressure_usage_record
 from checkpoints.services.sessions import (
     SessionSeed,
+    activity_mark,
     session_insert,
     session_lock,
     session_new,
@@ -161,7 +162,7 @@ def _apply(
     )
     step = HANDLERS[event.kind](session, event, config, now, content)
     step.newly_pending = step.newly_pending or usage_marked
-    session.last_activity_at = max(now, session.last_activity_at) if replayed else now
+    activity_mark(session=session, now=now, replayed=replayed)
     return step
 
 

@@ -13,6 +13,7 @@ from checkpoints.models import RetentionRun, Session
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.retention.prune import SESSION_BATCH_SIZE, keyset_pks
+from checkpoints.services.sessions import ACTIVITY_GRAIN
 from checkpoints.services.store import session_close
 
 
@@ -26,7 +27,8 @@ class IdleReport:
 def sessions_close_idle(
     *, now: datetime | None = None, max_seconds: float | None = None
 ) -> IdleReport:
-    """End every live session with no event for ``idle_session_minutes``.
+    """End every live session with no event for ``idle_session_minutes`` (and at most
+    ``ACTIVITY_GRAIN`` more).
 
     Each is ended in its own transaction holding its row, as a SessionEnd would: its pending
     checkpoint is written first, and a final one if anything changed. The run is recorded.
@@ -35,7 +37,9 @@ def sessions_close_idle(
     config = config_get()
     now = now or timezone.now()
     began = time.monotonic()
-    cutoff = now - config.idle_session
+    # The last activity is kept to ACTIVITY_GRAIN: a session is ended once it is idle for
+    # at least the configured time, never before.
+    cutoff = now - config.idle_session - ACTIVITY_GRAIN
     idle = Session.objects.filter(ended_at__isnull=True, last_activity_at__lt=cutoff)
     report = IdleReport()
     for session_ids in keyset_pks(idle, SESSION_BATCH_SIZE):
