@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,8 +73,63 @@ def running_service(
 
     ``before_serve`` gets the environment once the database is migrated, to load data.
     ``DATABASE_URL`` and ``REDIS_URL`` come from the arguments only, never the caller's
-    environment, so a run says which stores it measured.
+    environment, so a run says which stores it measured. A PostgreSQL run gets a database
+    of its own on that server (``fresh_database``), as a SQLite run gets its own file.
     """
+    with (
+        fresh_database(database_url) as database_url,
+        _running(
+            database_url=database_url,
+            redis_url=redis_url,
+            workers=workers,
+            threads=threads,
+            extra_env=extra_env,
+            before_serve=before_serve,
+        ) as running,
+    ):
+        yield running
+
+
+@contextmanager
+def fresh_database(database_url: str) -> Iterator[str]:
+    """For a PostgreSQL URL, the URL of a new, empty database on the same server, dropped
+    afterwards; any other URL as it is.
+
+    Each run then starts from the same state. On a shared database every run would find
+    the tables as the runs before left them: on a server with autovacuum off (``SHOW
+    autovacuum``), with every dead row version of every run before it.
+    """
+    parts = urllib.parse.urlsplit(database_url)
+    if parts.scheme not in ("postgres", "postgresql", "pgsql"):
+        yield database_url
+        return
+    import psycopg  # only PostgreSQL runs need it
+
+    name = f"signet_bench_{os.getpid()}_{secrets.token_hex(4)}"
+    try:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        print(f"(could not create a database of its own, so the run uses the one given: {exc})")
+        yield database_url
+        return
+    try:
+        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def _running(
+    *,
+    database_url: str,
+    redis_url: str,
+    workers: int,
+    threads: int,
+    extra_env: dict[str, str] | None,
+    before_serve: Callable[[dict[str, str]], None] | None,
+) -> Iterator[Running]:
     data = tempfile.mkdtemp(prefix="signet-bench-")
     port = free_port()
     env = {
