@@ -178,9 +178,28 @@ def _redis_increment(cache: RedisCache, *, bucket: str, window_end: int, now: fl
         raise CounterUnavailable(str(exc)) from exc
 
 
+def _eval_command(script: str) -> bytes:
+    """The start of ``EVAL script 1 <key> <ttl>`` in Redis's protocol (RESP): an array of
+    five bulk strings, of which the first three never change."""
+    parts = (b"EVAL", script.encode(), b"1")
+    return b"*5\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+_REDIS_INCREMENT_HEAD = _eval_command(_REDIS_INCREMENT)
+
+
 def _redis_count(connection: Connection, *, key: str, ttl: int) -> int:
+    # The command is sent ready-made: redis-py's packing of it, at every count, was a
+    # third of the client's CPU for it (measured with hiredis reading the reply).
+    name, seconds = key.encode(), b"%d" % ttl
+    command = _REDIS_INCREMENT_HEAD + b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+        len(name),
+        name,
+        len(seconds),
+        seconds,
+    )
     try:
-        connection.send_command("EVAL", _REDIS_INCREMENT, 1, key, ttl)  # type: ignore[no-untyped-call]
+        connection.send_packed_command([command])  # type: ignore[no-untyped-call]
         return int(connection.read_response())
     except RedisError:
         # Whatever of the reply is still to come must not be read as the next count's.
