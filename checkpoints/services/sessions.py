@@ -4,7 +4,6 @@ made in memory and inserted unless someone else inserted them first."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from copy import copy
 from dataclasses import dataclass
@@ -21,7 +20,12 @@ from django.db.models.base import ModelState
 from checkpoints.models import Session
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.projects import project_identify
-from checkpoints.services.statements import Statement, statement_build, statement_run
+from checkpoints.services.statements import (
+    Statement,
+    statement_build,
+    statement_run,
+    statement_values,
+)
 
 # A session's last activity is kept to the minute: an event moves it only once it is a
 # minute old (or in the future). Two indexes sort sessions by it, and PostgreSQL can write
@@ -213,35 +217,6 @@ def _read_statement(alias: str, names: tuple[str, ...]) -> Statement:
     )
 
 
-# Per connection (each thread has its own), as the backend's converters are its methods.
-_converters_by_connection: weakref.WeakKeyDictionary[
-    BaseDatabaseWrapper, dict[tuple[str, ...], tuple[tuple[str, Any, tuple[Any, ...]], ...]]
-] = weakref.WeakKeyDictionary()
-
-
-def _converters(
-    connection: BaseDatabaseWrapper, names: tuple[str, ...]
-) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
-    """Each of ``_fields(names)``: its attribute name, its column expression, and what the
-    ORM applies to the column's raw value (the backend's converters, then the field's;
-    often none)."""
-    known = _converters_by_connection.setdefault(connection, {})
-    found = known.get(names)
-    if found is None:
-        found = known[names] = tuple(
-            (
-                field.attname,
-                field.cached_col,
-                tuple(
-                    connection.ops.get_db_converters(field.cached_col)
-                    + field.cached_col.get_db_converters(connection)
-                ),
-            )
-            for field in _fields(names)
-        )
-    return found
-
-
 def _loaded(
     *, alias: str, connection: BaseDatabaseWrapper, names: tuple[str, ...], row: Sequence[Any]
 ) -> tuple[Session, dict[str, Any]]:
@@ -253,13 +228,7 @@ def _loaded(
     ``alias``. Sessions have no ``pre_init``/``post_init`` receivers (``_plain_init``); were
     one connected, the instance would be made by ``from_db`` instead.
     """
-    values: dict[str, Any] = {}
-    for (attname, column, converters), value in zip(
-        _converters(connection, names), row, strict=True
-    ):
-        for convert in converters:
-            value = convert(value, column, connection)
-        values[attname] = value
+    values = statement_values(connection=connection, fields=_fields(names), row=row)
     if not _plain_init():
         row_values: list[Any] = [DEFERRED] * len(_CONCRETE_ATTNAMES)
         for position, attname in zip(_positions(names), values, strict=True):

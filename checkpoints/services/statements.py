@@ -32,6 +32,7 @@ Django's cursor instead, so it is logged and counted as every other query is.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field
 
 _FORMAT = re.compile(r"(?<!%)%s")  # Django's placeholder, not an escaped "%%s"
 
@@ -106,3 +108,45 @@ def statement_run(
             # As Django's cursor does: the error that propagates is the statement's, if any.
             with suppress(connection.Database.Error):  # type: ignore[attr-defined]
                 cursor.close()
+
+
+# What the ORM applies to each column it reads, per connection (the backend's converters are
+# its methods) and field list: ``statement_values``.
+Converters = tuple[tuple[str, Any, tuple[Any, ...]], ...]
+_converters_by_connection: weakref.WeakKeyDictionary[
+    BaseDatabaseWrapper, dict[tuple[Field[Any, Any], ...], Converters]
+] = weakref.WeakKeyDictionary()
+
+
+def _converters(connection: BaseDatabaseWrapper, fields: tuple[Field[Any, Any], ...]) -> Converters:
+    known = _converters_by_connection.setdefault(connection, {})
+    found = known.get(fields)
+    if found is None:
+        found = known[fields] = tuple(
+            (
+                field.attname,
+                field.cached_col,
+                tuple(
+                    connection.ops.get_db_converters(field.cached_col)
+                    + field.cached_col.get_db_converters(connection)
+                ),
+            )
+            for field in fields
+        )
+    return found
+
+
+def statement_values(
+    *, connection: BaseDatabaseWrapper, fields: tuple[Field[Any, Any], ...], row: Sequence[Any]
+) -> dict[str, Any]:
+    """A row a statement read (the columns of ``fields``, in order) as the ORM would load it:
+    each value through the backend's converters, then the field's (often none), by
+    attribute name."""
+    values: dict[str, Any] = {}
+    for (attname, column, converters), value in zip(
+        _converters(connection, fields), row, strict=True
+    ):
+        for convert in converters:
+            value = convert(value, column, connection)
+        values[attname] = value
+    return values

@@ -11,10 +11,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connections, router, transaction
+from django.db.models import Field
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
@@ -23,6 +25,12 @@ from checkpoints.services.locks import write_serialized
 from checkpoints.services.pressure import pressure_agent_checkpointed
 from checkpoints.services.redaction import redact, redact_clip, redact_data
 from checkpoints.services.sessions import SessionSeed, session_lock
+from checkpoints.services.statements import (
+    Statement,
+    statement_build,
+    statement_run,
+    statement_values,
+)
 
 MAX_LIST_ITEMS = 50
 MAX_ITEM_CHARS = 2000
@@ -170,14 +178,7 @@ def checkpoint_build(
     session row, so that write does not apply and the caller starts over.
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
-    parent = (
-        None  # a session not inserted yet has none
-        if session.created_now
-        else Checkpoint.objects.filter(session=session)
-        .order_by("-created_at", "-id")
-        .only("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
-        .first()
-    )
+    parent = None if session.created_now else _latest(session)  # a new session has none
     _carried(parent=parent, session=session, trigger=trigger, content=content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)
     prompts = content.recent_prompts or list(session.recent_prompts)
@@ -325,12 +326,68 @@ def _enforce_cap(*, session: Session, keep: int) -> None:
     # (``checkpoints_delete_ids``) rather than through Django's collector, which loads the
     # rows and their references first (measured on PostgreSQL, the look-up and the delete of
     # one: 3.0 -> 2.0 ms of the worker's CPU).
-    stale = list(
-        Checkpoint.objects.filter(session=session)
-        .order_by("-created_at", "-id")
-        .values_list("id", flat=True)[keep : keep + 1000]
+    alias = router.db_for_write(Checkpoint) or "default"
+    stale = statement_run(statement=_beyond_statement(alias), params=[session.pk, keep]).rows
+    if stale:
+        connection, fields = connections[alias], (Checkpoint._meta.get_field("id"),)
+        ids = [
+            statement_values(connection=connection, fields=fields, row=row)["id"] for row in stale
+        ]
+        checkpoints_delete_ids(ids=ids)
+
+
+# A checkpoint's look-ups of its session's others, newest first, as pre-built statements
+# (``services/statements.py``): once per checkpoint written, the ORM's compilation of each
+# cost about as much as the rest of the write's Python.
+_PARENT_FIELDS = ("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
+_NEWEST_FIRST = "ORDER BY {created} DESC, {id} DESC"
+
+
+def _parent_fields() -> tuple[Field[Any, Any], ...]:
+    return tuple(
+        field for field in Checkpoint._meta.concrete_fields if field.attname in _PARENT_FIELDS
     )
-    checkpoints_delete_ids(ids=stale)
+
+
+@cache
+def _latest_statement(alias: str) -> Statement:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(field.get_attname_column()[1] or "") for field in _parent_fields())
+    order = _NEWEST_FIRST.format(created=quote("created_at"), id=quote("id"))
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"SELECT {columns} FROM {quote(Checkpoint._meta.db_table)} "  # noqa: S608
+            f"WHERE {quote('session_id')} = %s {order} LIMIT 1"
+        ),
+        returns_rows=True,
+    )
+
+
+@cache
+def _beyond_statement(alias: str) -> Statement:
+    """The ids of a session's checkpoints past the newest N (at most 1000 at a time)."""
+    quote = connections[alias].ops.quote_name
+    order = _NEWEST_FIRST.format(created=quote("created_at"), id=quote("id"))
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"SELECT {quote('id')} FROM {quote(Checkpoint._meta.db_table)} "  # noqa: S608
+            f"WHERE {quote('session_id')} = %s {order} LIMIT 1000 OFFSET %s"
+        ),
+        returns_rows=True,
+    )
+
+
+def _latest(session: Session) -> Checkpoint | None:
+    """The session's latest checkpoint, with only what a new one takes from it loaded."""
+    alias = router.db_for_read(Checkpoint) or "default"
+    rows = statement_run(statement=_latest_statement(alias), params=[session.pk]).rows
+    if not rows:
+        return None
+    fields = _parent_fields()
+    values = statement_values(connection=connections[alias], fields=fields, row=rows[0])
+    return Checkpoint.from_db(alias, list(values), list(values.values()))
 
 
 def _minutes(start: datetime, end: datetime) -> str:
