@@ -343,6 +343,7 @@ _PARENT_FIELDS = ("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHI
 _NEWEST_FIRST = "ORDER BY {created} DESC, {id} DESC"
 
 
+@cache
 def _parent_fields() -> tuple[Field[Any, Any], ...]:
     return tuple(
         field for field in Checkpoint._meta.concrete_fields if field.attname in _PARENT_FIELDS
@@ -352,7 +353,7 @@ def _parent_fields() -> tuple[Field[Any, Any], ...]:
 @cache
 def _latest_statement(alias: str) -> Statement:
     quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(field.get_attname_column()[1] or "") for field in _parent_fields())
+    columns = ", ".join(quote(str(field.column)) for field in _parent_fields())
     order = _NEWEST_FIRST.format(created=quote("created_at"), id=quote("id"))
     return statement_build(
         alias=alias,
