@@ -340,7 +340,6 @@ def _enforce_cap(*, session: Session, keep: int) -> None:
 # (``services/statements.py``): once per checkpoint written, the ORM's compilation of each
 # cost about as much as the rest of the write's Python.
 _PARENT_FIELDS = ("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
-_NEWEST_FIRST = "ORDER BY {created} DESC, {id} DESC"
 
 
 @cache
@@ -350,34 +349,32 @@ def _parent_fields() -> tuple[Field[Any, Any], ...]:
     )
 
 
-@cache
-def _latest_statement(alias: str) -> Statement:
+def _newest_first(alias: str, *, columns: str, tail: str) -> Statement:
+    """``SELECT columns`` of one session's checkpoints, newest first, then ``tail``."""
     quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in _parent_fields())
-    order = _NEWEST_FIRST.format(created=quote("created_at"), id=quote("id"))
     return statement_build(
         alias=alias,
         sql=(
             f"SELECT {columns} FROM {quote(Checkpoint._meta.db_table)} "  # noqa: S608
-            f"WHERE {quote('session_id')} = %s {order} LIMIT 1"
+            f"WHERE {quote('session_id')} = %s "
+            f"ORDER BY {quote('created_at')} DESC, {quote('id')} DESC {tail}"
         ),
         returns_rows=True,
     )
+
+
+@cache
+def _latest_statement(alias: str) -> Statement:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in _parent_fields())
+    return _newest_first(alias, columns=columns, tail="LIMIT 1")
 
 
 @cache
 def _beyond_statement(alias: str) -> Statement:
     """The ids of a session's checkpoints past the newest N (at most 1000 at a time)."""
     quote = connections[alias].ops.quote_name
-    order = _NEWEST_FIRST.format(created=quote("created_at"), id=quote("id"))
-    return statement_build(
-        alias=alias,
-        sql=(
-            f"SELECT {quote('id')} FROM {quote(Checkpoint._meta.db_table)} "  # noqa: S608
-            f"WHERE {quote('session_id')} = %s {order} LIMIT 1000 OFFSET %s"
-        ),
-        returns_rows=True,
-    )
+    return _newest_first(alias, columns=quote("id"), tail="LIMIT 1000 OFFSET %s")
 
 
 def _latest(session: Session) -> Checkpoint | None:
