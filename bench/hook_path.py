@@ -16,6 +16,13 @@ posts are served with a shorter middleware list than pages (``signet_site/handle
 the same bare view behind that list (``/api/hooks/bare/``) is measured too and its ratio
 shown, not judged.
 
+Each round also drives the two floors of ``bench/urls.py``, after the hook (whose sessions
+they write): the token, the throttle count, the JSON body and then one UPDATE of the session
+(``floor, write``), or the hook's own read and conditional write-back of it (``floor, read +
+write``). They show what the stores cost before any of the hook's own work: the hook's
+throughput as a share of the second is how near it runs to the floor of its design (shown,
+not judged).
+
     .venv/bin/python bench/hook_path.py [--sessions 1,32,64,256] [--requests 40] [--rounds 5]
         [--min-drive 4000] [--database-url URL] [--redis-url URL] [--workers N] [--threads N]
 """
@@ -42,6 +49,8 @@ JUDGED_AT = (32, 64)
 BARE = "/bench/bare/"
 BARE_HOOK_MIDDLEWARE = "/api/hooks/bare/"
 HOOK = "/api/hooks/claude-code/"
+FLOOR_WRITE = "/api/hooks/floor/write/"
+FLOOR_READ_WRITE = "/api/hooks/floor/read-write/"
 PAYLOAD = json.loads(
     (
         Path(__file__).resolve().parent.parent
@@ -112,12 +121,14 @@ def counts(text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class Round:
-    """One round at a session count: the bare view, the hook, then the bare view behind the
-    hooks' middleware, one after the other."""
+    """One round at a session count: the bare view, the hook, the bare view behind the
+    hooks' middleware, then the two floors, one after the other."""
 
     bare: dict[str, float]
     hook: dict[str, float]
     lean: dict[str, float]
+    floor_write: dict[str, float]
+    floor_read_write: dict[str, float]
 
 
 def verdict(met: bool) -> str:
@@ -166,7 +177,19 @@ def main() -> None:
                 lean = drive(
                     service.url, BARE_HOOK_MIDDLEWARE, service.token, sessions, per_session
                 )
-                rounds.append(Round(bare=bare, hook=hook, lean=lean))
+                floors = [
+                    drive(service.url, floor, service.token, sessions, per_session)
+                    for floor in (FLOOR_WRITE, FLOOR_READ_WRITE)
+                ]
+                rounds.append(
+                    Round(
+                        bare=bare,
+                        hook=hook,
+                        lean=lean,
+                        floor_write=floors[0],
+                        floor_read_write=floors[1],
+                    )
+                )
             results.append((sessions, per_session, rounds))
     stores = ("PostgreSQL" if args.database_url else "SQLite") + (
         " + Redis" if args.redis_url else ""
@@ -182,6 +205,8 @@ def main() -> None:
             ("bare Django JSON view", "bare"),
             ("UserPromptSubmit hook", "hook"),
             ("bare view, hooks' list", "lean"),
+            ("floor, write", "floor_write"),
+            ("floor, read + write", "floor_read_write"),
         ):
             figures = {
                 metric: statistics.median(getattr(one, key)[metric] for one in rounds)
@@ -202,6 +227,13 @@ def main() -> None:
         lean_ratio = statistics.median(one.hook["rps"] / one.lean["rps"] for one in rounds)
         print(f"  ratio hook / bare view behind the hooks' middleware (median): "
               f"{lean_ratio:.2f} (shown, not judged)")  # fmt: skip
+        for name, key in (("write", "floor_write"), ("read + write", "floor_read_write")):
+            floor_ratio = statistics.median(
+                getattr(one, key)["rps"] / one.bare["rps"] for one in rounds
+            )
+            share = statistics.median(one.hook["rps"] / getattr(one, key)["rps"] for one in rounds)
+            print(f"  floor, {name}: {floor_ratio:.2f} of the bare view; the hook runs at "
+                  f"{share:.2f} of it (medians; shown, not judged)")  # fmt: skip
 
 
 if __name__ == "__main__":
