@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 from urllib.parse import quote
 
 from django.contrib.auth.models import User
-from django.db.models import F
+from django.db import connections, router
+from django.db.models import Field
 
 from checkpoints.models import (
     HARNESS_CONTEXT_CAP_CHARS,
@@ -20,6 +23,12 @@ from checkpoints.models import (
     Session,
 )
 from checkpoints.services.redaction import redact
+from checkpoints.services.statements import (
+    Statement,
+    statement_build,
+    statement_run,
+    statement_values,
+)
 
 HEADER = "## Session Recovery Context"
 TASK = "Task"  # the section that always comes first
@@ -29,7 +38,6 @@ ITEM_CHARS = 400
 PROMPT_CHARS = 300
 QUOTE_CHARS = 300
 MAX_QUOTED_LINES = 40  # never more candidate lines of a message or summary than this
-_SUMMARY = "compact_summary_of_session"  # the annotation recovery_find adds
 
 
 @dataclass(frozen=True)
@@ -45,9 +53,6 @@ class RecoveryMatch:
 class RecoveryContext:
     text: str
     omitted: list[str] = field(default_factory=list)
-
-
-NEWEST = ("-created_at", "-id")
 
 
 def recovery_find(
@@ -74,39 +79,97 @@ def recovery_find(
     # time-ordered ids, the later written first.
     if latest is not None:
         return RecoveryMatch(latest, "session")
-    own = (
-        None
-        if session.created_now
-        else Checkpoint.objects.filter(owner_id=owner.pk, session_key=session.session_key)
-        .order_by(*NEWEST)
-        .first()
-    )
+    own = None if session.created_now else _newest(_OWN, owner.pk, session.session_key)
     if own is not None:
-        return RecoveryMatch(own, "session")
-    with_summary = (
-        Checkpoint.objects.filter(owner_id=owner.pk)
-        .annotate(**{_SUMMARY: F("session__compact_summary")})
-        .order_by(*NEWEST)
-    )
+        return RecoveryMatch(own[0], "session")
     previous_key = previous_session_key or (
         session.previous_session.session_key if session.previous_session is not None else ""
     )
     if previous_key:
-        previous = with_summary.filter(session_key=previous_key).first()
+        previous = _newest(_LINEAGE, owner.pk, previous_key)
         if previous is not None:
-            return RecoveryMatch(previous, "lineage", getattr(previous, _SUMMARY) or "")
+            return RecoveryMatch(previous[0], "lineage", previous[1])
     if session.project_normalized:
-        recent = (
-            with_summary.filter(
-                project_normalized=session.project_normalized,
-                created_at__gte=now - config.recovery_window,
-            )
-            .exclude(session_key=session.session_key)
-            .first()
-        )
+        since = now - config.recovery_window
+        recent = _newest(_PROJECT, owner.pk, since, session.project_normalized, session.session_key)
         if recent is not None:
-            return RecoveryMatch(recent, "project", getattr(recent, _SUMMARY) or "")
+            return RecoveryMatch(recent[0], "project", recent[1])
     return None
+
+
+# --- recovery_find's look-ups, built once ---------------------------------------------------
+# Each is the owner's newest checkpoint that matches, every column of it, and for another
+# session's checkpoint that session's compaction summary (a join on its primary key); the
+# SQL is the ORM's for the same filters, and the same indexes serve it (``Checkpoint.Meta``,
+# ``bench/recovery_scale.py``). Built once per database: the ORM compiled the join and its
+# annotation anew at every call, about a millisecond of Python each, half of a session's
+# first prompt.
+_OWN = "own"  # by owner and session key; no join: the session is the one recovering
+_LINEAGE = "lineage"  # by owner and session key
+_PROJECT = "project"  # by owner, created since, project, and not the session key given
+
+
+def _columns() -> tuple[Field[Any, Any], ...]:
+    return tuple(Checkpoint._meta.concrete_fields)
+
+
+@cache
+def _newest_statement(alias: str, which: str) -> Statement:
+    name = connections[alias].ops.quote_name
+    table, sessions = name(Checkpoint._meta.db_table), name(Session._meta.db_table)
+
+    def column(attname: str) -> str:
+        return f"{table}.{name(attname)}"
+
+    owner, key = f"{column('owner_id')} = %s", column("session_key")
+    where = {
+        _OWN: [owner, f"{key} = %s"],
+        _LINEAGE: [owner, f"{key} = %s"],
+        _PROJECT: [
+            owner,
+            f"{column('created_at')} >= %s",
+            f"{column('project_normalized')} = %s",
+            f"NOT ({key} = %s)",
+        ],
+    }[which]
+    selected = [column(str(field.column)) for field in _columns()]
+    joined = ""
+    if which != _OWN:
+        selected.append(f"{sessions}.{name('compact_summary')}")
+        joined = f" INNER JOIN {sessions} ON ({column('session_id')} = {sessions}.{name('id')})"
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"SELECT {', '.join(selected)} FROM {table}{joined} "  # noqa: S608
+            f"WHERE ({' AND '.join(where)}) "
+            f"ORDER BY {column('created_at')} DESC, {column('id')} DESC LIMIT 1"
+        ),
+        returns_rows=True,
+    )
+
+
+def _newest(which: str, *params: Any) -> tuple[Checkpoint, str] | None:
+    """The newest checkpoint the ``which`` look-up finds with ``params`` (in the order its
+    comment names them; a time is prepared as the ORM prepares one for the column), loaded
+    as the ORM loads one, and its session's compaction summary ('' for ``_OWN``); None when
+    there is none."""
+    alias = router.db_for_read(Checkpoint) or "default"
+    connection = connections[alias]
+    prepared = [
+        Checkpoint._meta.get_field("created_at").get_db_prep_value(value, connection)
+        if isinstance(value, datetime)
+        else value
+        for value in params
+    ]
+    statement = _newest_statement(alias, which)
+    rows = statement_run(statement=statement, params=prepared, connection=connection).rows
+    if not rows:
+        return None
+    fields = _columns()
+    values = statement_values(connection=connection, fields=fields, row=rows[0][: len(fields)])
+    checkpoint = Checkpoint.from_db(alias, list(values), list(values.values()))
+    summary = rows[0][len(fields)] if which != _OWN else ""
+    return checkpoint, summary or ""
 
 
 def _age(delta: timedelta) -> str:
