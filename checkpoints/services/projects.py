@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from functools import cache
 
 from django.contrib.auth.models import User
+from django.db import connections, router
 
 from checkpoints.models import Session
+from checkpoints.services.statements import Statement, statement_build, statement_run
 
 MAX_PATH_CHARS = 1024
 MAX_GIT_WALK = 64  # directory levels to climb looking for .git
@@ -60,12 +63,31 @@ def project_known(*, owner: User, path: str) -> str:
     """
     if not posixpath.isabs(path):
         return ""
-    roots = set(
-        Session.objects.filter(owner=owner, git_root__in=path_ancestors(path))
-        .values_list("git_root", flat=True)
-        .distinct()[:MAX_GIT_WALK]
+    ancestors = path_ancestors(path)
+    alias = router.db_for_read(Session) or "default"
+    statement = _known_statement(alias, len(ancestors))
+    rows = statement_run(statement=statement, params=[*ancestors, owner.pk]).rows
+    return max((root for (root,) in rows), key=len, default="")
+
+
+@cache
+def _known_statement(alias: str, ancestors: int) -> Statement:
+    """The distinct git top-levels among ``ancestors`` paths of an owner's sessions: the SQL
+    the ORM writes for it (the ``session_owner_git_root`` index serves it), built once per
+    number of paths instead of compiled at every call (half a millisecond of Python)."""
+    name = connections[alias].ops.quote_name
+    table = name(Session._meta.db_table)
+    column = f"{table}.{name('git_root')}"
+    places = ", ".join(["%s"] * ancestors)
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"SELECT DISTINCT {column} FROM {table} "  # noqa: S608
+            f"WHERE ({column} IN ({places}) AND {table}.{name('owner_id')} = %s) "
+            f"LIMIT {MAX_GIT_WALK}"
+        ),
+        returns_rows=True,
     )
-    return max(roots, key=len, default="")
 
 
 def project_identify(
