@@ -97,3 +97,35 @@ def test_twenty_threads_on_twenty_sessions_count_exactly(ingest_token):
     for session in sessions:
         assert session.prompt_count == PROMPTS_PER_THREAD
         assert session.checkpoints.count() == PROMPTS_PER_THREAD // 10
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_edits_and_prompts_on_one_session_from_twenty_threads_lose_nothing(ingest_token):
+    """Edits take the locked path (the row read and locked, then written back) and prompts
+    the unlocked one: each thread's two edits of files of its own stay in the session's list,
+    and every prompt is counted, whichever thread wrote the row last."""
+    edits, prompts = 2, 5
+
+    def work(index: int) -> None:
+        api = client(ingest_token)
+        for number in range(prompts):
+            body = payload("user_prompt_submit", session_id="shared", prompt=f"t{index} p{number}")
+            assert send(api, body).status_code == 200
+            if number < edits:
+                path = f"/home/alice/projects/webapp/t{index}-{number}.py"
+                edit = payload(
+                    "post_tool_use_edit",
+                    session_id="shared",
+                    tool_input={"file_path": path, "old_string": "a", "new_string": "b"},
+                    tool_response={"filePath": path},
+                )
+                assert send(api, edit).status_code == 200
+
+    run_threads(work)
+    session = Session.objects.get()
+    assert session.prompt_count == THREADS * prompts
+    expected = {
+        f"/home/alice/projects/webapp/t{i}-{n}.py" for i in range(THREADS) for n in range(edits)
+    }
+    assert set(session.modified_files) == expected
