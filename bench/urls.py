@@ -17,6 +17,7 @@
 The floors are not routes of the service: only ``bench/settings.py`` serves them.
 """
 
+from collections.abc import Callable
 from functools import cache
 
 from django.db import connections
@@ -79,31 +80,42 @@ def _count_statement(alias: str) -> Statement:
     )
 
 
-@csrf_exempt
-def floor_write(request: HttpRequest) -> JsonResponse:
-    try:
-        token, session_key = _admitted(request)
-    except Refused as refused:
-        return JsonResponse({"error": str(refused)}, status=refused.status)
+def _floor(
+    write: Callable[[ApiToken, str], bool | None],
+) -> Callable[[HttpRequest], JsonResponse]:
+    """A floor's view: the request admitted as the hook admits it (``_admitted``), then
+    ``write`` of the token's owner's session the body names: whether it was written, None
+    when there is no such session."""
+
+    @csrf_exempt
+    def view(request: HttpRequest) -> JsonResponse:
+        try:
+            token, session_key = _admitted(request)
+        except Refused as refused:
+            return JsonResponse({"error": str(refused)}, status=refused.status)
+        written = write(token, session_key)
+        if written is None:
+            return JsonResponse({"error": "no such session: the hook makes it"}, status=404)
+        return JsonResponse({"written": written})
+
+    return view
+
+
+@_floor
+def floor_write(token: ApiToken, session_key: str) -> bool | None:
     statement = _count_statement("default")
     with write_serialized():  # SQLite's writers take turns, as on the hook path
         result = statement_run(statement=statement, params=[token.owner_id, session_key])
-    if result.rowcount != 1:
-        return JsonResponse({"error": "no such session: the hook makes it"}, status=404)
-    return JsonResponse({"written": True})
+    return True if result.rowcount == 1 else None
 
 
-@csrf_exempt
-def floor_read_write(request: HttpRequest) -> JsonResponse:
-    try:
-        token, session_key = _admitted(request)
-    except Refused as refused:
-        return JsonResponse({"error": str(refused)}, status=refused.status)
+@_floor
+def floor_read_write(token: ApiToken, session_key: str) -> bool | None:
     read = session_read(owner=token.owner, session_key=session_key, fields=PROMPT_FIELDS)
     if read is None:
-        return JsonResponse({"error": "no such session: the hook makes it"}, status=404)
+        return None
     read.session.prompt_count += 1
-    return JsonResponse({"written": session_swap(read=read)})
+    return session_swap(read=read)
 
 
 urlpatterns = [
