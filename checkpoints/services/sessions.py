@@ -85,7 +85,7 @@ def session_lock(
     created = session_new(owner=owner, session_key=session_key, seed=seed, now=now)
     try:
         with transaction.atomic():
-            created.save(force_insert=True)
+            _insert(created)
     except IntegrityError:  # another worker created it first
         session = _locked(owner=owner, session_key=session_key)
         assert session is not None  # the row another worker has just inserted
@@ -135,14 +135,14 @@ def session_insert(*, session: Session, together: Callable[[], None] | None = No
     created it first), or a row refers to one that has gone since it was read.
 
     Its project was identified when it was made, so on SQLite the writers' lock is held for
-    the INSERTs (and their compilation by the ORM) alone (``engine._prompt_unlocked``).
+    the INSERTs alone (``engine._prompt_unlocked``).
     With nothing to write beside it, and no transaction under way, the INSERT is its own
     transaction: on PostgreSQL a session's first prompt then makes one round trip for it
     instead of three (BEGIN, INSERT, COMMIT).
     """
 
     def insert() -> bool:
-        session.save(force_insert=True)
+        _insert(session)
         return True
 
     alias = router.db_for_write(Session) or "default"
@@ -153,6 +153,51 @@ def session_insert(*, session: Session, together: Callable[[], None] | None = No
         except IntegrityError:  # another worker created it first
             return False
     return _written_together(insert, together)
+
+
+def _insert(session: Session) -> None:
+    """Insert the new ``session`` as ``save(force_insert=True)`` would: every column but the
+    id, which the database numbers and the INSERT returns, then the instance marked as saved
+    to its database. Built once per database (``_insert_statement``): the ORM compiled the
+    45-column INSERT at every session's first event, about 0.3 ms of Python. Where the
+    database cannot return the new id from an INSERT, or a receiver listens for a session's
+    save signals (sessions have none), the ORM inserts it."""
+    alias = router.db_for_write(Session) or "default"
+    connection = connections[alias]
+    if not connection.features.can_return_columns_from_insert or _save_heard():
+        session.save(force_insert=True, using=alias)
+        return
+    fields = _insert_fields()
+    values = [field.get_db_prep_save(field.pre_save(session, True), connection) for field in fields]
+    statement = _insert_statement(alias)
+    result = statement_run(statement=statement, params=values, connection=connection)
+    session.pk = result.rows[0][0]
+    session._state.adding = False
+    session._state.db = alias
+
+
+def _save_heard() -> bool:
+    return signals.pre_save.has_listeners(Session) or signals.post_save.has_listeners(Session)
+
+
+@cache
+def _insert_fields() -> tuple[Field[Any, Any], ...]:
+    return tuple(field for field in Session._meta.concrete_fields if not field.primary_key)
+
+
+@cache
+def _insert_statement(alias: str) -> Statement:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(_column(field)) for field in _insert_fields())
+    places = ", ".join(["%s"] * len(_insert_fields()))
+    return statement_build(
+        alias=alias,
+        sql=(
+            f"INSERT INTO {quote(Session._meta.db_table)} ({columns}) "  # noqa: S608
+            f"VALUES ({places}) RETURNING {quote('id')}"
+        ),
+        returns_rows=True,
+    )
 
 
 def session_new(*, owner: User, session_key: str, seed: SessionSeed, now: datetime) -> Session:
