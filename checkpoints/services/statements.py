@@ -4,7 +4,11 @@ Each UserPromptSubmit runs up to three statements built once, with no ORM compil
 throttle's upsert where the counters are database rows (PostgreSQL without Redis), the
 session's read and its write-back (``throttling.py``, ``sessions.py``); a checkpoint it
 writes looks up its parent and the ids past the per-session cap so too (``store.py``), and
-``statement_values`` loads what they read as the ORM would. Through Django's
+``statement_values`` loads what they read as the ORM would. So do the other events' reads
+and writes of a session (its locked read, the write of its changed columns, a new one's
+INSERT: ``sessions.py``), and a session's first event's look-ups (its project's git
+top-level, the checkpoint it recovers from: ``projects.py``, ``recovery.py``): the ORM
+compiled each at every call, a third to a whole millisecond of Python. Through Django's
 cursor each cost as much again as the statement itself on SQLite (measured: a 23 us upsert
 took 40 us): a cursor wrapper, SQLite's cursor subclass that rewrites ``%s`` into ``?`` at
 every call, the execute wrappers. ``statement_run`` keeps what of that matters and skips
