@@ -93,37 +93,19 @@ def session_lock(
     return created
 
 
-@cache
-def _lock_statement(alias: str) -> Statement:
-    """Every column of an owner's session, its row locked until the transaction ends where
-    the database locks rows (SQLite's writers take turns instead: ``write_serialized``)."""
-    connection = connections[alias]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(_column(field)) for field in _fields(_ALL_ATTNAMES))
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    return statement_build(
-        alias=alias,
-        sql=(
-            f"SELECT {columns} FROM {quote(Session._meta.db_table)} "  # noqa: S608
-            f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s{lock}"
-        ),
-        returns_rows=True,
-    )
-
-
 def _locked(*, owner: User, session_key: str) -> Session | None:
-    """The owner's session ``session_key``, whole and locked (``_lock_statement``); None when
+    """The owner's session ``session_key``, whole and locked (``_read_statement``); None when
     there is none. As ``select_for_update().get()`` would load it, less the query's
     compilation: about half a millisecond of Python on every event but a live prompt."""
     alias = router.db_for_write(Session) or "default"
     connection = connections[alias]
-    statement = _lock_statement(alias)
+    statement = _read_statement(alias, SESSION_COLUMNS, lock=True)
     rows = statement_run(
         statement=statement, params=[owner.pk, session_key], connection=connection
     ).rows
     if not rows:
         return None
-    session, _ = _loaded(alias=alias, connection=connection, names=_ALL_ATTNAMES, row=rows[0])
+    session, _ = _loaded(alias=alias, connection=connection, names=SESSION_COLUMNS, row=rows[0])
     session.owner = owner  # already loaded: spares a query wherever it is used
     return session
 
@@ -264,7 +246,9 @@ def _fields(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
 
 
 _CONCRETE_ATTNAMES = [field.attname for field in Session._meta.concrete_fields]
-_ALL_ATTNAMES = tuple(_CONCRETE_ATTNAMES)
+# Every column of a session, by attribute name: what the locked path reads, and a prompt
+# whose periodic checkpoint is due (the checkpoint takes the whole row).
+SESSION_COLUMNS = tuple(_CONCRETE_ATTNAMES)
 _JSON_ATTNAMES = frozenset(
     field.attname for field in Session._meta.concrete_fields if isinstance(field, JSONField)
 )
@@ -283,14 +267,19 @@ def _column(field: Field[Any, Any]) -> str:
 
 
 @cache
-def _read_statement(alias: str, names: tuple[str, ...]) -> Statement:
-    quote = connections[alias].ops.quote_name
+def _read_statement(alias: str, names: tuple[str, ...], *, lock: bool = False) -> Statement:
+    """The columns ``names`` of an owner's session; ``lock``: its row locked until the
+    transaction ends, where the database locks rows (SQLite's writers take turns instead:
+    ``write_serialized``)."""
+    connection = connections[alias]
+    quote = connection.ops.quote_name
     columns = ", ".join(quote(_column(field)) for field in _fields(names))
+    locking = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
     return statement_build(
         alias=alias,
         sql=(
             f"SELECT {columns} FROM {quote(Session._meta.db_table)} "  # noqa: S608
-            f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s"
+            f"WHERE {quote('owner_id')} = %s AND {quote('session_key')} = %s{locking}"
         ),
         returns_rows=True,
     )

@@ -33,6 +33,7 @@ from checkpoints.services.locks import write_serialized
 from checkpoints.services.pending import pending_due, pending_enqueue, pending_mark
 from checkpoints.services.pressure import pressure_usage_record
 from checkpoints.services.sessions import (
+    SESSION_COLUMNS,
     SessionSeed,
     activity_mark,
     session_insert,
@@ -86,7 +87,7 @@ PROMPT_FIELDS = (
 )
 # Every column: what a prompt reads once its periodic checkpoint is due (the checkpoint
 # takes the whole row).
-ALL_FIELDS = tuple(field.attname for field in Session._meta.concrete_fields)
+ALL_FIELDS = SESSION_COLUMNS
 # Tries of the unlocked prompt path before it queues for the row lock instead.
 UNLOCKED_ATTEMPTS = 3
 
