@@ -8,6 +8,9 @@ skip, unless ``SIGNET_REQUIRE_CLIS=1`` (CI) makes that a failure.
 Each test gets a temporary HOME (Claude Code's settings, transcripts and task files live
 there), a project folder that is a git repository on a branch, and the hooks installed as
 the README says: ``manage.py install_hooks claude-code --url …``.
+
+Its fixtures (``claude``, ``claude_code_cli``, ``hook_service``, ``model_api``) are a pytest
+plugin of the suite (``conftest.py``), for every test file that drives the CLI.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from django.db import connections
 
+from checkpoints.services.tokens import token_create
+from tests.factories import UserFactory
 from tests.model_api import ModelAPI
 from tests.processes import PROJECT_DIR
+from tests.test_hook_client_e2e import Service, free_port
 
 # The one place that names the version the suite drives.
 CLAUDE_CODE_VERSION = "2.1.197"
@@ -164,3 +172,46 @@ def git_project(path: Path, *, branch: str = "feat/vat-breakdown") -> Path:
         subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True)
     (path / "README.md").write_text("# invoices\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def claude_code_cli() -> Path:
+    """The pinned CLI's executable, installed once per run."""
+    return npm_install(PACKAGE, CLAUDE_CODE_VERSION, binary="claude")
+
+
+@pytest.fixture
+def hook_service(transactional_db: Any) -> Iterator[Service]:
+    """The real service (WSGI, threads) on a free loopback port, on the test database."""
+    service = Service(free_port())
+    service.start()
+    yield service
+    service.stop()
+    connections.close_all()
+
+
+@pytest.fixture
+def model_api() -> Iterator[ModelAPI]:
+    """The stand-in model API, recording every request."""
+    api = ModelAPI().start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def claude(
+    claude_code_cli: Path, hook_service: Service, model_api: ModelAPI, tmp_path: Path
+) -> ClaudeCode:
+    """Claude Code in a fresh HOME with the hooks installed for alice's token."""
+    owner: Any = UserFactory(username="alice")
+    _, token = token_create(owner=owner, name="laptop", scopes=["ingest", "read", "write"])
+    cli = ClaudeCode(
+        executable=claude_code_cli,
+        home=tmp_path / "home",
+        project=git_project(tmp_path / "invoices"),
+        model=model_api,
+        env={"SIGNET_TOKEN": token, "SIGNET_OUTBOX": str(tmp_path / "outbox.jsonl")},
+    )
+    cli.home.mkdir()
+    cli.install_hooks(hook_service.url)
+    return cli

@@ -33,6 +33,9 @@ from tests.redisutil import RedisServer
 
 ALL_SCOPES = ("ingest", "read", "write")
 
+# The real Claude Code CLI's fixtures: claude, claude_code_cli, hook_service, model_api.
+pytest_plugins = ["tests.claude_cli"]
+
 
 def pytest_report_header() -> str:
     from tests.browser import CHROMIUM, MISSING, SCREENSHOTS
