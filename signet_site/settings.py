@@ -239,6 +239,10 @@ STORAGES = {
 # Hook payloads and API bodies: anything larger is refused before it is parsed.
 SIGNET_MAX_BODY_BYTES = env.int("SIGNET_MAX_BODY_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = SIGNET_MAX_BODY_BYTES
+# Hook posts (/api/hooks/) only: an agent's edit of a large file comes whole, the file in its
+# tool's input and again in its result (a Write replacing a 10 MB file carries it up to four
+# times). The hook view reads such a body once and keeps only what its adapter reads.
+SIGNET_MAX_HOOK_BODY_BYTES = env.int("SIGNET_MAX_HOOK_BODY_BYTES", default=64 * 1024 * 1024)
 # The opaque runtime state an explicit checkpoint may carry, as JSON.
 SIGNET_MAX_STATE_BYTES = env.int("SIGNET_MAX_STATE_BYTES", default=256 * 1024)
 

@@ -274,7 +274,7 @@ def test_a_chunked_body_while_the_database_is_away_answers_503_unread(
 
 @pytest.mark.parametrize("path", [HOOK_URL, "/api/checkpoints/"])
 def test_a_chunked_body_over_the_limit_answers_413_unread(client_for, owner, settings, path):
-    settings.SIGNET_MAX_BODY_BYTES = 10_000
+    settings.SIGNET_MAX_BODY_BYTES = settings.SIGNET_MAX_HOOK_BODY_BYTES = 10_000
     body = json.dumps({"session_key": "s", "digest": "x" * 50_000}).encode()
     client = client_for(owner, "ingest", "write")
     environ = {"wsgi.input": _CountingInput(body), "wsgi.input_terminated": True}
@@ -428,7 +428,7 @@ def _chunked_request(port: int, path: str, parts: list[bytes], token: str) -> tu
 def test_gunicorn_reads_a_chunked_body_and_refuses_one_over_the_limit(migrated_data, worker):
     data, token = migrated_data
     port = free_port()
-    env = service_env(data, port, SIGNET_MAX_BODY_BYTES="20000")
+    env = service_env(data, port, SIGNET_MAX_BODY_BYTES="20000", SIGNET_MAX_HOOK_BODY_BYTES="20000")
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "gunicorn", "signet_site.wsgi:application",

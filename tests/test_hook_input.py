@@ -81,7 +81,7 @@ def test_malformed_bodies_get_400_with_a_reason_and_write_nothing(hook, body, co
 
 
 def test_a_body_over_the_limit_gets_413(hook, settings):
-    settings.SIGNET_MAX_BODY_BYTES = 10_000
+    settings.SIGNET_MAX_HOOK_BODY_BYTES = 10_000
     body = payload("user_prompt_submit", prompt="x" * 20_000)
     response = send(hook, body)
     assert response.status_code == 413

@@ -124,7 +124,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``manage.py serve --no-scheduler`` on a fresh data folder, an ingest token, its output."""
     data = tmp_path_factory.mktemp("served")
     port = free_port()
-    env = service_env(data, port, SIGNET_MAX_BODY_BYTES="20000")
+    env = service_env(data, port, SIGNET_MAX_BODY_BYTES="20000", SIGNET_MAX_HOOK_BODY_BYTES="20000")
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
         cwd=PROJECT_DIR, env=env, check=True, timeout=120,

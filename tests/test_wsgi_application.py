@@ -165,7 +165,7 @@ def test_the_hooks_handler_reads_a_chunked_body_and_refuses_one_over_the_limit(
     assert Session.objects.filter(owner=owner, session_key="chunked").exists()
     anonymous = call("POST", HOOK_URL, prompt("anon"), chunked=True)
     assert anonymous.status_code == 411
-    settings.SIGNET_MAX_BODY_BYTES = 1_000
+    settings.SIGNET_MAX_HOOK_BODY_BYTES = 1_000
     big = json.dumps(payload("user_prompt_submit", session_id="big", prompt="x" * 5_000))
     too_large = call("POST", HOOK_URL, big.encode(), token=token, chunked=True)
     assert too_large.status_code == 413

@@ -53,8 +53,9 @@ def unavailable_response() -> JsonResponse:
     return JsonResponse(_UNAVAILABLE, status=503, headers=_UNAVAILABLE_HEADERS)
 
 
-def too_large_detail() -> str:
-    return f"The body is over {settings.SIGNET_MAX_BODY_BYTES} bytes."
+def too_large_detail(limit: int | None = None) -> str:
+    """Why a body was refused: over ``limit`` bytes (the API's own limit by default)."""
+    return f"The body is over {settings.SIGNET_MAX_BODY_BYTES if limit is None else limit} bytes."
 
 
 def _is_api(request: HttpRequest) -> bool:

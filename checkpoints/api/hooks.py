@@ -9,11 +9,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.exceptions import RequestDataTooBig
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.http.request import RawPostDataException
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, UnreadablePostError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
@@ -25,11 +23,11 @@ from rest_framework.views import APIView
 
 from checkpoints.api.auth import BearerTokenAuthentication, HasTokenScope, bearer_token
 from checkpoints.api.errors import error_response, too_large_detail
-from checkpoints.api.parsers import json_load
+from checkpoints.api.hook_body import body_read, payload_load
 from checkpoints.api.schema import errors
 from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.harnesses import ADAPTERS, adapter_for
-from checkpoints.harnesses.base import PayloadError
+from checkpoints.harnesses.base import HarnessAdapter, PayloadError
 from checkpoints.services.engine import event_handle
 
 logger = logging.getLogger(__name__)
@@ -133,7 +131,7 @@ class HookIngestApi(APIView):
                 else f"/api/hooks/{harness}/"
             )
             return error_response("wrong_route", f"Hooks of '{harness}' post to {where}.", 404)
-        payload_or_error = self._payload(request)
+        payload_or_error = self._payload(request, adapter)
         if isinstance(payload_or_error, HttpResponse):
             return payload_or_error
         try:
@@ -152,29 +150,40 @@ class HookIngestApi(APIView):
             _RENDERER.render(adapter.render(event, outcome)), content_type=_RENDERER.media_type
         )
 
-    def _payload(self, request: HttpRequest) -> dict[str, Any] | HttpResponse:
-        limit = settings.SIGNET_MAX_BODY_BYTES
+    def _payload(
+        self, request: HttpRequest, adapter: HarnessAdapter
+    ) -> dict[str, Any] | HttpResponse:
+        """The hook's JSON object, read once (``hook_body``): a big edit's body is kept
+        only in what its ``adapter`` reads of it."""
+        limit = settings.SIGNET_MAX_HOOK_BODY_BYTES
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             declared = 0
         if declared > limit:
-            return error_response("too_large", too_large_detail(), 413)
+            return error_response("too_large", too_large_detail(limit), 413)
         try:
-            body = request.body
-        except RawPostDataException:
-            return error_response("invalid_body", "The body was already read.", 400)
-        except RequestDataTooBig:  # past Django's own limit, whatever the header said
-            return error_response("too_large", too_large_detail(), 413)
-        if len(body) > limit:
-            return error_response("too_large", too_large_detail(), 413)
-        if not body.strip():
+            # Not ``request.body``: it holds the API's limit, and a second copy of the body.
+            body = body_read(request, max(declared, 0))
+        except UnreadablePostError:
+            body = None
+        if body is None:
+            return error_response(
+                "invalid_body", "The body ended before the length its Content-Length gave.", 400
+            )
+        if not body or body.isspace():  # (strip would copy it)
             return error_response("invalid_json", "The body is empty; send the hook's JSON.", 400)
         try:
             # The adapter cleans NULs and lone surrogates out: a prompt is never refused.
-            payload = json_load(body, storable_only=False)
+            payload = payload_load(
+                body,
+                skips=getattr(adapter, "payload_skips", {}),
+                whole_within=settings.SIGNET_MAX_BODY_BYTES,
+            )
         except ParseError as exc:
             return error_response("invalid_json", str(exc.detail), 400)
+        finally:
+            del body
         if not isinstance(payload, dict):
             return error_response(
                 "invalid_payload",

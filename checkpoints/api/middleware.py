@@ -24,6 +24,7 @@ from checkpoints.api.errors import (
     too_large_detail,
     unavailable_response,
 )
+from signet_site.handlers import HOOK_PATH_PREFIX
 
 _READ_STEP = 64 * 1024
 
@@ -73,9 +74,14 @@ class ChunkedBodyMiddleware:
                 "send Content-Length.",
                 411,
             )
-        body = _read_to_end(meta["wsgi.input"], settings.SIGNET_MAX_BODY_BYTES)
+        limit = (
+            settings.SIGNET_MAX_HOOK_BODY_BYTES
+            if request.path_info.startswith(HOOK_PATH_PREFIX)
+            else settings.SIGNET_MAX_BODY_BYTES
+        )
+        body = _read_to_end(meta["wsgi.input"], limit)
         if body is None:
-            return error_response("too_large", too_large_detail(), 413)
+            return error_response("too_large", too_large_detail(limit), 413)
         # What Django reads the body from, and what DRF checks before reading it.
         request._stream = io.BytesIO(body)
         meta["CONTENT_LENGTH"] = str(len(body))

@@ -10,6 +10,7 @@ object the hook clients add (project, git, lineage, outbox time, usage, transcri
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -136,13 +137,22 @@ class Outcome:
     duplicate: bool = False
 
 
+# What a payload's members may be left out of it: all of one, or all but the named members.
+PayloadSkips = Mapping[str, frozenset[str] | None]
+
+
 class PayloadError(ValueError):
     """The payload cannot be understood; the message says why (it goes back to the client)."""
 
 
 class HarnessAdapter(Protocol):
     """One harness. ``event_in_path``: its hooks cannot name the event in the body, so they
-    post to ``/api/hooks/<harness>/<event>/`` and ``parse`` gets the name from the URL."""
+    post to ``/api/hooks/<harness>/<event>/`` and ``parse`` gets the name from the URL.
+
+    Optional: ``payload_skips`` (``PayloadSkips``), the top-level members of a large payload
+    that ``parse`` never reads (None) or reads only some members of (their names); the hook
+    view leaves the rest of them unparsed (``checkpoints/api/hook_body.py``).
+    """
 
     harness: str
     context_cap_chars: int

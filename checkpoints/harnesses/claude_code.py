@@ -14,6 +14,7 @@ from checkpoints.harnesses.base import (
     Event,
     EventKind,
     Outcome,
+    PayloadSkips,
     clean_text,
     client_block,
     client_fields,
@@ -24,6 +25,13 @@ from checkpoints.harnesses.base import (
 )
 
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+# Of a tool's input only the edited file's path is read (``_tool_files``), and nothing of its
+# result: a Write carries the whole file in both.
+TOOL_PATH_FIELDS = frozenset({"file_path", "notebook_path"})
+PAYLOAD_SKIPS: PayloadSkips = {
+    "tool_input": TOOL_PATH_FIELDS,
+    "tool_response": None,
+}
 KINDS = {
     "SessionStart": EventKind.SESSION_START,
     "UserPromptSubmit": EventKind.PROMPT,
@@ -42,7 +50,7 @@ REMEMBER_PREFIXES = ("/remember", "#")
 def _tool_files(tool_name: str, tool_input: Any) -> tuple[str, ...]:
     if tool_name not in EDIT_TOOLS or not isinstance(tool_input, dict):
         return ()
-    path = tool_input.get("file_path") or tool_input.get("notebook_path")
+    path = tool_input.get("file_path") or tool_input.get("notebook_path")  # TOOL_PATH_FIELDS
     return (clean_text(path),) if isinstance(path, str) and path else ()
 
 
@@ -58,6 +66,7 @@ class ClaudeStyleAdapter:
     kinds: dict[str, EventKind] = {}
     context_events: dict[EventKind, str] = {}
     remember_prefixes: tuple[str, ...] = ()
+    payload_skips: PayloadSkips = PAYLOAD_SKIPS
 
     def payload_extra(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Harness-specific values kept in ``Event.extra``."""
