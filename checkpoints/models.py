@@ -132,6 +132,10 @@ class Session(models.Model):
     pressure_reminder_count = models.PositiveIntegerField(default=0)
     pressure_acted_count = models.PositiveIntegerField(default=0)
     ignored_event_count = models.PositiveIntegerField(default=0)
+    # The prompts and compactions applied last, each as ``[digest of its delivery key, Unix
+    # time it happened]`` (``engine/backlog.py``): what the harness posted itself and what a
+    # client later found in the transcript are then applied once, and in order.
+    delivered_keys = models.JSONField(default=_empty_list, blank=True, editable=False)
     # Raised by every write of the row (``save`` below): the prompt hot path reads the row
     # without a lock and writes it back only if this is unchanged (``sessions.session_swap``).
     row_version = models.PositiveBigIntegerField(default=0, editable=False)

@@ -16,7 +16,9 @@ harness expects on stdout, e.g. ``{"hookSpecificOutput": {...}}``) or nothing at
 It adds a ``signet`` object of what only this machine can know: the project's real path, git
 top-level, branch and head, with PreCompact the facts of the transcript's tail and with
 Stop its context usage (``transcripts/claude_code.py``): the server never opens a file a
-request names.
+request names. With every Claude Code event it also sends what the transcript gained since
+the session's previous one (``transcripts/sync.py``): what Claude Code's own ``http`` hooks
+carried, which an outage loses.
 
 Fail-open: whatever happens (server down, bad input, missing token, a bug here), the exit
 code is 0, stdout holds a JSON object or nothing, and stderr at most one short line.
@@ -520,6 +522,25 @@ def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     else:
         from transcripts.usage import read_usage  # type: ignore[import-not-found,no-redef]
     return read_usage(path, loads=_loads)
+
+
+def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
+    """For a Claude Code event: put into ``signet.sync`` what the transcript gained since the
+    session's last command hook (``transcripts/sync.py``: the prompts, edits and compactions
+    Claude Code's ``http`` hooks post once, lost in an outage), and return what keeps the new
+    cursor once the event is delivered or queued (``.commit()``); None otherwise.
+    """
+    if options.harness != "claude-code":
+        return None
+    if __package__:
+        from .transcripts.sync import sync_collect
+    else:
+        from transcripts.sync import sync_collect  # type: ignore[import-not-found,no-redef]
+    state_dir = os.path.join(os.path.dirname(options.outbox) or ".", "sync")
+    sync = sync_collect(payload, state_dir=state_dir, loads=_loads, dumps=_dumps)
+    if sync is not None and sync.events:
+        payload["signet"]["sync"] = {"events": sync.events}
+    return sync
 
 
 # What each harness's client reads on this machine: (``signet`` field, reader of the payload).
@@ -1142,10 +1163,16 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
             found = None
         if found is not None:
             payload["signet"][field] = found
+    try:
+        sync = transcript_sync(options, payload)
+    except Exception:  # a reader bug must not cost the event itself
+        sync = None
     key = _new_key()
 
     def queue() -> None:
         outbox_append(options.outbox, outbox_entry(options, key, payload))
+        if sync is not None:
+            sync.commit()  # the outbox carries what it found now
 
     if guard is not None:
         guard.on_expiry = queue
@@ -1167,6 +1194,8 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
             guard.on_expiry = None
         return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
     result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
+    if sync is not None and not result.retryable:
+        sync.commit()  # delivered (or refused for good: sending it again would not help)
     if guard is not None:
         guard.on_expiry = None
     if result.delivered:

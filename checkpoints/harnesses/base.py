@@ -126,6 +126,15 @@ class Event:
     usage: ContextUsage | None = None
     # When a client's outbox held the event: set only on a replay, which may come hours late.
     queued_at: datetime | None = None
+    # The harness's own id of what happened (a prompt's, a compaction's), as its adapter
+    # spells it: the same whether the harness posted the event itself or a client found it
+    # later in the transcript, so the engine applies it once (``engine/backlog.py``).
+    delivery_key: str = ""
+    # When it happened, for an event a client found in the transcript (its own timestamp).
+    happened_at: datetime | None = None
+    # What a client found in the transcript since its last event, in order: events the
+    # harness should have posted itself, which the server may have missed (an outage).
+    backlog: tuple[Event, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -4,16 +4,25 @@ Formats: Claude Code's hooks reference (input fields per event, ``hookSpecificOu
 Only SessionStart and UserPromptSubmit can add context, at most 10,000 characters; every
 other reply is an empty success, and no reply ever carries a blocking decision. A prompt
 starting with ``#`` or ``/remember`` is a note to keep.
+
+UserPromptSubmit, PostToolUse and PostCompact are ``http`` hooks, which Claude Code posts
+once and never again: what the server missed (an outage) the hook client finds in the
+transcript and sends with its next event as ``signet.sync``. Both name a prompt by the same
+id (the hook's ``prompt_id``, the transcript line's ``promptId``, since 2.1.196), an edit by
+its ``tool_use_id`` and a compaction by the prompt it happened in: the ``delivery_key``
+that lets the engine apply each once.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from checkpoints.harnesses.base import (
     Event,
     EventKind,
     Outcome,
+    PayloadError,
     PayloadSkips,
     clean_text,
     client_block,
@@ -45,6 +54,29 @@ KINDS = {
 }
 CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "UserPromptSubmit"}
 REMEMBER_PREFIXES = ("/remember", "#")
+# The most ``signet.sync`` may hold: the client sends at most half of it per event.
+SYNC_MAX_EVENTS = 200
+SYNC_TEXT_CHARS = 100_000
+SYNC_ID_CHARS = 128
+
+
+def _delivery_key(kind: str, value: Any) -> str:
+    """``kind:id`` for a harness id, '' for none (an older Claude Code sends no prompt id)."""
+    if not isinstance(value, str) or not value or len(value) > SYNC_ID_CHARS:
+        return ""
+    return f"{kind}:{clean_text(value)}"
+
+
+def _happened_at(value: Any) -> datetime | None:
+    """A transcript line's ``timestamp``; None when it is missing or not a time (the event
+    that carries it stands in for it then)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _tool_files(tool_name: str, tool_input: Any) -> tuple[str, ...]:
@@ -72,6 +104,10 @@ class ClaudeStyleAdapter:
         """Harness-specific values kept in ``Event.extra``."""
         return {}
 
+    def backlog_parse(self, client: dict[str, Any], common: dict[str, Any]) -> tuple[Event, ...]:
+        """The events a client found in the transcript (``signet.sync``); none here."""
+        return ()
+
     def parse(self, payload: dict[str, Any], *, event_name: str = "") -> Event:
         name = text_field(payload, "hook_event_name", required=True)
         session_key = identifier_field(payload, "session_id", required=True)
@@ -89,25 +125,32 @@ class ClaudeStyleAdapter:
             **client_fields(client),
         }
         extra = self.payload_extra(payload)
+        common["backlog"] = self.backlog_parse(client, common)
         if kind is EventKind.SESSION_START:
             return Event(**common, source=text_field(payload, "source"), extra=extra)
         if kind is EventKind.PROMPT:
             prompt = text_field(payload, "prompt", required=True)
             remember = remembered_text(prompt, self.remember_prefixes)
-            return Event(**common, prompt=prompt, remember=remember, extra=extra)
+            key = _delivery_key("prompt", payload.get("prompt_id"))
+            return Event(**common, prompt=prompt, remember=remember, delivery_key=key, extra=extra)
         if kind is EventKind.TOOL_USE:
             tool_name = text_field(payload, "tool_name")
             files = _tool_files(tool_name, payload.get("tool_input"))
-            return Event(**common, files=files, extra={**extra, "tool_name": tool_name})
+            key = _delivery_key("tool", payload.get("tool_use_id"))
+            return Event(
+                **common, files=files, delivery_key=key, extra={**extra, "tool_name": tool_name}
+            )
         if kind is EventKind.REMEMBER:
             note = text_field(payload, "text", required=True)
             return Event(**common, remember=note, extra=extra)
         if kind in (EventKind.PRE_COMPACT, EventKind.POST_COMPACT):
+            post = kind is EventKind.POST_COMPACT
             return Event(
                 **common,
                 source=text_field(payload, "trigger"),
                 compact_summary=text_field(payload, "compact_summary"),
-                transcript=transcript_parse(client) if kind is EventKind.PRE_COMPACT else None,
+                transcript=None if post else transcript_parse(client),
+                delivery_key=_delivery_key("compaction", payload.get("prompt_id")) if post else "",
                 extra=extra,
             )
         if kind is EventKind.STOP:
@@ -132,3 +175,64 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
     kinds = KINDS
     context_events = CONTEXT_EVENTS
     remember_prefixes = REMEMBER_PREFIXES
+
+    def backlog_parse(self, client: dict[str, Any], common: dict[str, Any]) -> tuple[Event, ...]:
+        """``signet.sync.events``: the prompts, edits and compactions the hook client found in
+        the transcript since its last event, in the transcript's order, as the events
+        Claude Code's ``http`` hooks would have posted (``hooks/transcripts/sync.py``)."""
+        sync = client.get("sync")
+        if sync is None:
+            return ()
+        found = sync.get("events") if isinstance(sync, dict) else None
+        if not isinstance(found, list) or len(found) > SYNC_MAX_EVENTS:
+            raise PayloadError(
+                f"'signet.sync.events' must be a list of at most {SYNC_MAX_EVENTS} objects."
+            )
+        base = {
+            name: common[name]
+            for name in ("harness", "session_key", "cwd", "client_project", "context_cap_chars")
+        }
+        backlog = []
+        for item in found:
+            if not isinstance(item, dict):
+                raise PayloadError("'signet.sync.events' must be a list of objects.")
+            event = self._backlog_event(item, base)
+            if event is not None:
+                backlog.append(event)
+        return tuple(backlog)
+
+    def _backlog_event(self, item: dict[str, Any], base: dict[str, Any]) -> Event | None:
+        kind = item.get("type")
+        where = "signet.sync.events[]."
+        at = _happened_at(item.get("at"))
+        if kind == "prompt":
+            key = _delivery_key("prompt", item.get("id"))
+            prompt = text_field(item, "text", where=where)[:SYNC_TEXT_CHARS]
+            if not key or not prompt:
+                return None
+            remember = remembered_text(prompt, self.remember_prefixes)
+            return Event(
+                kind=EventKind.PROMPT, name="UserPromptSubmit", prompt=prompt, remember=remember,
+                delivery_key=key, happened_at=at, **base,
+            )  # fmt: skip
+        if kind == "edit":
+            files = _tool_files(
+                text_field(item, "tool", where=where), {"file_path": item.get("file")}
+            )
+            key = _delivery_key("tool", item.get("id"))
+            if not files or not key:
+                return None
+            return Event(
+                kind=EventKind.TOOL_USE, name="PostToolUse", files=files, delivery_key=key,
+                happened_at=at, **base,
+            )  # fmt: skip
+        if kind == "compaction":
+            key = _delivery_key("compaction", item.get("id"))
+            summary = text_field(item, "summary", where=where)[:SYNC_TEXT_CHARS]
+            if not key or not summary:
+                return None
+            return Event(
+                kind=EventKind.POST_COMPACT, name="PostCompact", compact_summary=summary,
+                delivery_key=key, happened_at=at, **base,
+            )  # fmt: skip
+        return None  # a kind a newer client sends: not this server's business

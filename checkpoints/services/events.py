@@ -79,6 +79,7 @@ def event_prepare(event: Event) -> Event:
         compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),
         last_assistant_message=redact_clip(event.last_assistant_message, MESSAGE_KEEP_CHARS),
         files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
+        backlog=tuple(event_prepare(item) for item in event.backlog),
         usage=None
         if event.usage is None
         else dataclasses.replace(

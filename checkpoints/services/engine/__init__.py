@@ -27,6 +27,11 @@ from django.utils import timezone
 from checkpoints.harnesses.base import Event, EventKind, Outcome
 from checkpoints.models import ContinuityConfig, HookDelivery, Session
 from checkpoints.services.config import config_get
+from checkpoints.services.engine.backlog import (
+    backlog_apply,
+    delivery_digest,
+    delivery_record,
+)
 from checkpoints.services.engine.handlers import HANDLERS, Step
 from checkpoints.services.events import event_prepare, facts_content
 from checkpoints.services.locks import write_serialized
@@ -83,6 +88,8 @@ PROMPT_FIELDS = (
     "pressure_reminder_prompt",
     "pressure_agent_acted",
     "pressure_reminder_count",
+    # Its prompt id, remembered so that a client's backlog does not count it again.
+    "delivered_keys",
     "row_version",
 )
 # Every column: what a prompt reads once its periodic checkpoint is due (the checkpoint
@@ -161,8 +168,17 @@ def _apply(
         and pressure_usage_record(session=session, usage=event.usage, config=config)
         and pending_mark(session=session, now=now)
     )
+    # What the client found in the transcript happened before the event that carries it.
+    backlog_marked = bool(event.backlog) and backlog_apply(
+        session=session, events=event.backlog, config=config, now=now
+    )
     step = HANDLERS[event.kind](session, event, config, now, content)
-    step.newly_pending = step.newly_pending or usage_marked
+    # Remembered, so that a client's backlog does not apply it again. (Applied whatever
+    # is remembered: the harness posts it once, before a client can find it.)
+    digest = delivery_digest(event)
+    if digest:
+        delivery_record(session=session, digest=digest, happened_at=now)
+    step.newly_pending = step.newly_pending or usage_marked or backlog_marked
     activity_mark(session=session, now=now, replayed=replayed)
     return step
 

@@ -1,0 +1,245 @@
+"""What a Claude Code transcript holds that the server may have missed, since the last event.
+
+Claude Code posts UserPromptSubmit, PostToolUse and PostCompact itself (``http`` hooks), once
+and with no retry: in an outage they are lost, though the transcript holds them. Each command
+hook (SessionStart, PreCompact, Stop, SessionEnd) therefore sends, as ``signet.sync``, the
+prompts, edits and compactions written to the transcript since the previous command hook of
+the session, whether or not the server got them: each carries the id both sides know (the
+line's ``promptId`` is the hook's ``prompt_id``; a ``tool_use`` block's ``id`` is
+PostToolUse's ``tool_use_id``), and the server applies what it lacks, once and in order
+(``checkpoints/services/engine/backlog.py``).
+
+Where the last one stopped is kept per session in a small file beside the outbox
+(``<outbox folder>/sync/<session_id>.json``: the transcript's path and a byte offset at a
+line start), moved on once the event is delivered or queued in the outbox, which then
+carries it. The first event of a session seen here starts at the transcript's end (what
+came before was not ours to send). Each event reads at most ``SYNC_MAX_BYTES`` and sends at
+most ``SYNC_MAX_EVENTS``; the next takes over where it stopped, so any outage is caught up.
+
+Standard library, and only what the hook has loaded: it runs at every Stop.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .claude_code import ARTIFACT_PREFIXES, EDIT_TOOLS, MAX_PATH_CHARS, _text_of
+from .usage import is_tool_result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, BinaryIO
+
+    Loads = Callable[[Any], Any]
+    Dumps = Callable[[Any], str]
+
+SYNC_MAX_BYTES = 8 * 1024 * 1024
+SYNC_MAX_EVENTS = 100
+# A line longer than this is skipped unread: no prompt is, and an edit's content is not needed.
+SKIP_CHUNK_BYTES = 1024 * 1024
+PROMPT_CHARS = 4000
+SUMMARY_CHARS = 20_000
+# UserPromptSubmit carries ``prompt_id`` from this version on: before it, the server could
+# not tell a prompt it got from one it missed, so those are not sent.
+PROMPT_ID_VERSION = (2, 1, 196)
+# Cursors of sessions untouched this long are deleted when a new one is made.
+STATE_MAX_AGE_SECONDS = 30 * 24 * 3600
+# What Claude Code writes before a compaction's summary in the transcript.
+_SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
+_SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+_MARKS = (b'"type":"user"', b'"type":"assistant"')
+
+
+class Sync:
+    """The events found for one hook event (``events``) and the cursor to keep once that
+    event is delivered or queued (``commit``)."""
+
+    def __init__(
+        self, state_path: str, transcript: str, offset: int, events: list[Any], dumps: Dumps
+    ) -> None:
+        self.state_path = state_path
+        self.transcript = transcript
+        self.offset = offset
+        self.events = events
+        self.dumps = dumps
+
+    def commit(self) -> None:
+        """Keep the new cursor; best-effort (a cursor not kept sends the same events again,
+        which the server recognises)."""
+        state = self.dumps({"transcript": self.transcript, "offset": self.offset})
+        try:  # noqa: SIM105 (contextlib takes longer to import than the request)
+            _state_write(self.state_path, state.encode("ascii"))
+        except OSError:
+            pass
+
+
+def sync_collect(
+    payload: dict[str, Any], *, state_dir: str, loads: Loads, dumps: Dumps
+) -> Sync | None:
+    """What the transcript of the payload's session holds since the last hook event, each
+    JSON line read with ``loads`` (the cursor written with ``dumps``); None when the payload
+    names no session or transcript."""
+    session_id = payload.get("session_id")
+    path = payload.get("transcript_path")
+    if (
+        not isinstance(session_id, str)
+        or not 0 < len(session_id) <= 128
+        or session_id[0] == "."
+        or not _SESSION_ID_CHARS.issuperset(session_id)
+        or not isinstance(path, str)
+        or not path
+    ):
+        return None
+    state_path = os.path.join(state_dir, f"{session_id}.json")
+    state = _state_read(state_path, loads)
+    try:
+        size = os.stat(path).st_size
+    except (OSError, ValueError):
+        size = 0  # not written yet: what it will hold is ours to send
+    offset = state.get("offset") if state is not None else None
+    if state is None or state.get("transcript") != path or not isinstance(offset, int):
+        if state is None:
+            _prune(state_dir)
+        return Sync(state_path, path, size, [], dumps)
+    if not 0 <= offset <= size:
+        return Sync(state_path, path, size, [], dumps)  # rewritten: start again at its end
+    events, offset = _read_events(path, offset, size, loads)
+    return Sync(state_path, path, offset, events, dumps)
+
+
+def _read_events(path: str, offset: int, size: int, loads: Loads) -> tuple[list[Any], int]:
+    """The events of the whole lines from ``offset`` on, and where reading stopped."""
+    events: list[Any] = []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(min(size - offset, SYNC_MAX_BYTES))
+            if data and b"\n" not in data and len(data) == SYNC_MAX_BYTES:
+                return events, _skip_line(handle, offset + len(data), size)
+    except (OSError, ValueError):
+        return events, offset
+    start = 0
+    while len(events) < SYNC_MAX_EVENTS:
+        end = data.find(b"\n", start)
+        if end < 0:
+            break  # a line still being written: the next event reads it
+        _line_events(data[start:end], loads, events)
+        start = end + 1
+    return events, offset + start
+
+
+def _skip_line(handle: BinaryIO, position: int, size: int) -> int:
+    """Past the end of a line too long to read (a huge edit's content)."""
+    while position < size:
+        chunk = handle.read(SKIP_CHUNK_BYTES)
+        if not chunk:
+            break
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(chunk)
+    return position
+
+
+def _version(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, str):
+        return ()
+    parts = []
+    for part in value.split(".")[:3]:
+        digits = part.split("-")[0]
+        if not digits.isdigit():
+            return ()
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _line_events(line: bytes, loads: Loads, events: list[Any]) -> None:
+    if is_tool_result(line) or not any(mark in line for mark in _MARKS):
+        return
+    try:
+        record = loads(line)
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(record, dict) or record.get("isSidechain") is True:
+        return
+    message = record.get("message")
+    if not isinstance(message, dict):
+        return
+    at = record.get("timestamp")
+    at = at if isinstance(at, str) else ""
+    if record.get("type") == "assistant":
+        _edits(message.get("content"), at, events)
+    elif record.get("type") == "user":
+        _user(record, _text_of(message.get("content")).strip(), at, events)
+
+
+def _user(record: dict[str, Any], text: str, at: str, events: list[Any]) -> None:
+    prompt_id = record.get("promptId")
+    if not isinstance(prompt_id, str) or not prompt_id or not text:
+        return
+    if record.get("isCompactSummary") is True:
+        _, found, summary = text.partition(_SUMMARY_PREAMBLE)
+        summary = (summary if found else text).strip()[:SUMMARY_CHARS]
+        events.append({"type": "compaction", "id": prompt_id, "summary": summary, "at": at})
+        return
+    if (
+        record.get("isMeta") is True
+        or record.get("isVisibleInTranscriptOnly") is True
+        or text.startswith(ARTIFACT_PREFIXES)
+        or _version(record.get("version")) < PROMPT_ID_VERSION
+    ):
+        return
+    events.append({"type": "prompt", "id": prompt_id, "text": text[:PROMPT_CHARS], "at": at})
+
+
+def _edits(content: Any, at: str, events: list[Any]) -> None:
+    if not isinstance(content, list):
+        return
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "tool_use":
+            continue
+        name, tool_id, tool_input = block.get("name"), block.get("id"), block.get("input")
+        if name not in EDIT_TOOLS or not isinstance(tool_id, str):
+            continue
+        if not isinstance(tool_input, dict):
+            continue
+        path = tool_input.get(EDIT_TOOLS[name])
+        if isinstance(path, str) and path and len(path) <= MAX_PATH_CHARS:
+            events.append({"type": "edit", "id": tool_id, "tool": name, "file": path, "at": at})
+
+
+def _state_read(state_path: str, loads: Loads) -> dict[str, Any] | None:
+    try:
+        with open(state_path, "rb") as handle:
+            state = loads(handle.read(4096))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _state_write(state_path: str, data: bytes) -> None:
+    directory = os.path.dirname(state_path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    # Temp file + rename: a hook reading the cursor never sees half of one.
+    temp = f"{state_path}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(temp, state_path)
+
+
+def _prune(state_dir: str) -> None:
+    """Delete the cursors of sessions untouched for ``STATE_MAX_AGE_SECONDS``."""
+    oldest = time.time() - STATE_MAX_AGE_SECONDS
+    try:
+        with os.scandir(state_dir) as entries:
+            for entry in entries:
+                if entry.name.endswith(".json") and entry.stat().st_mtime < oldest:
+                    os.unlink(entry.path)
+    except OSError:
+        pass

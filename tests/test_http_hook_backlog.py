@@ -1,0 +1,312 @@
+"""What Claude Code's ``http`` hooks carry, caught up from the transcript after an outage.
+
+The hook client sends, with each command hook, the prompts, edits and compactions the
+transcript gained since the last one (``hooks/transcripts/sync.py``, as ``signet.sync``);
+the engine applies what it lacks, once and in order (``engine/backlog.py``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints.models import Session
+from hooks import signet_hook
+from hooks.transcripts import sync as transcript_sync
+from tests.hookutil import payload, send
+
+SESSION = "3f2b8c1e-5d4a-4e7b-9c2f-8a1d6e0b7c42"
+VERSION = "2.1.197"
+STAMP = "2026-11-27T00:10:00.000Z"
+
+
+@pytest.fixture
+def hook(client_for, owner):
+    return client_for(owner, "ingest")
+
+
+def live_prompt(hook, text: str, prompt_id: str) -> None:
+    response = send(hook, payload("user_prompt_submit", prompt=text, prompt_id=prompt_id))
+    assert response.status_code == 200, response.content
+
+
+def stop_with(hook, events: list[dict[str, Any]], *, key: str = "stop-1", **signet: Any) -> Any:
+    body = payload("stop", signet={"sync": {"events": events}, **signet})
+    response = send(hook, body, **{"Idempotency-Key": key})
+    assert response.status_code == 200, response.content
+    return response
+
+
+def at(clock: Any, **delta: float) -> str:
+    moment: datetime = clock.now + timedelta(**delta)
+    return moment.isoformat()
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_prompts_missed_in_an_outage_are_counted_once_and_kept_in_order(hook, clock):
+    send(hook, payload("session_start_startup"))
+    start = clock.now
+    live_prompt(hook, "First: the login form", "p-1")
+    clock.advance(minutes=10)  # the service is down: p-2 and p-3 are lost
+    clock.advance(minutes=10)
+    live_prompt(hook, "Fourth: the rate limit", "p-4")  # back up before the next Stop
+
+    stop_with(hook, [
+        {"type": "prompt", "id": "p-1", "text": "First: the login form", "at": start.isoformat()},
+        {"type": "prompt", "id": "p-2", "text": "Second: the password reset", "at": (start + timedelta(minutes=5)).isoformat()},  # noqa: E501
+        {"type": "prompt", "id": "p-3", "text": "Third: the lockout", "at": (start + timedelta(minutes=15)).isoformat()},  # noqa: E501
+        {"type": "prompt", "id": "p-4", "text": "Fourth: the rate limit", "at": clock.now.isoformat()},  # noqa: E501
+    ])  # fmt: skip
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.prompt_count == 4
+    assert session.recent_prompts == [
+        "First: the login form",
+        "Second: the password reset",
+        "Third: the lockout",
+        "Fourth: the rate limit",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_backlog_that_comes_again_counts_nothing_again(hook, clock):
+    send(hook, payload("session_start_startup"))
+    events = [{"type": "prompt", "id": "p-1", "text": "Add the VAT rate", "at": at(clock)}]
+
+    stop_with(hook, events, key="stop-1")
+    # The next Stop finds it again (its cursor was not kept), under another key.
+    stop_with(hook, events, key="stop-2")
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.prompt_count == 1
+    assert session.recent_prompts == ["Add the VAT rate"]
+
+
+@pytest.mark.django_db
+def test_a_replayed_event_s_backlog_goes_before_the_prompts_that_came_after_it(hook, clock):
+    send(hook, payload("session_start_startup"))
+    lost_at = clock.now
+    clock.advance(minutes=5)
+    live_prompt(hook, "Second, delivered", "p-2")
+    clock.advance(minutes=1)
+
+    # The Stop of the turn before, queued in the outbox during the outage, replayed now.
+    stop_with(
+        hook,
+        [{"type": "prompt", "id": "p-1", "text": "First, lost", "at": lost_at.isoformat()}],
+        queued_at=lost_at.isoformat(),
+    )
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.prompt_count == 2
+    assert session.recent_prompts == ["First, lost", "Second, delivered"]
+
+
+@pytest.mark.django_db
+def test_edits_the_server_missed_are_added_and_known_files_keep_their_place(hook, clock):
+    send(hook, payload("session_start_startup"))
+    known = "/home/alice/projects/webapp/src/auth.py"
+    send(hook, payload("post_tool_use_edit", tool_input={"file_path": known}, tool_use_id="t-1"))
+    other = "/home/alice/projects/webapp/src/other.py"
+    send(hook, payload("post_tool_use_edit", tool_input={"file_path": other}, tool_use_id="t-2"))
+    missed = "/home/alice/projects/webapp/src/limits.py"
+
+    stop_with(hook, [
+        {"type": "edit", "id": "t-1", "tool": "Edit", "file": known, "at": at(clock)},
+        {"type": "edit", "id": "t-2", "tool": "Edit", "file": other, "at": at(clock)},
+        {"type": "edit", "id": "t-3", "tool": "Write", "file": missed, "at": at(clock)},
+        {"type": "edit", "id": "t-4", "tool": "Read", "file": "/etc/hosts", "at": at(clock)},
+    ])  # fmt: skip
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.modified_files == [known, other, missed]
+
+
+@pytest.mark.django_db
+def test_a_missed_compaction_summary_never_replaces_a_newer_one(hook, clock):
+    send(hook, payload("session_start_startup"))
+    missed_at = clock.now
+    clock.advance(minutes=30)
+    newer = payload("post_compact_manual", compact_summary="The newer summary", prompt_id="p-9")
+    send(hook, newer)
+
+    stop_with(hook, [
+        {"type": "compaction", "id": "p-5", "summary": "The older summary", "at": missed_at.isoformat()},  # noqa: E501
+        {"type": "compaction", "id": "p-9", "summary": "The newer summary", "at": at(clock)},
+    ])  # fmt: skip
+
+    assert Session.objects.get(session_key=SESSION).compact_summary == "The newer summary"
+
+
+@pytest.mark.django_db
+def test_a_missed_compaction_summary_is_kept(hook, clock):
+    send(hook, payload("session_start_startup"))
+
+    stop_with(hook, [{"type": "compaction", "id": "p-5", "summary": "What was done", "at": at(clock)}])  # fmt: skip  # noqa: E501
+
+    assert Session.objects.get(session_key=SESSION).compact_summary == "What was done"
+
+
+@pytest.mark.django_db
+def test_a_backlog_past_its_bound_is_refused(hook):
+    events = [{"type": "edit", "id": f"t-{n}", "tool": "Edit", "file": "/a"} for n in range(201)]
+    body = payload("stop", signet={"sync": {"events": events}})
+
+    response = send(hook, body)
+
+    assert response.status_code == 400
+    assert "signet.sync.events" in response.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_a_backlog_of_a_kind_this_server_does_not_know_is_ignored(hook):
+    stop_with(hook, [{"type": "subagent", "id": "x"}, {"type": "prompt", "id": "p-1", "text": ""}])
+
+    assert Session.objects.get(session_key=SESSION).prompt_count == 0
+
+
+# --- the client ------------------------------------------------------------------------------
+
+
+def user_line(text: str, prompt_id: str, *, version: str = VERSION, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "user", "uuid": f"u-{prompt_id}", "promptId": prompt_id, "version": version,
+        "timestamp": STAMP, "isSidechain": False,
+        "message": {"role": "user", "content": text}, **extra,
+    }  # fmt: skip
+
+
+def edit_line(tool_id: str, name: str, path: str) -> dict[str, Any]:
+    block = {"type": "tool_use", "id": tool_id, "name": name, "input": {"file_path": path}}
+    return {
+        "type": "assistant", "uuid": f"a-{tool_id}", "version": VERSION, "isSidechain": False,
+        "timestamp": "2026-11-27T00:11:00.000Z",
+        "message": {"role": "assistant", "content": [block]},
+    }  # fmt: skip
+
+
+def append(path: Path, *records: dict[str, Any]) -> None:
+    with path.open("a") as handle:
+        for record in records:
+            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def collect(transcript: Path, state_dir: Path) -> transcript_sync.Sync:
+    found = transcript_sync.sync_collect(
+        {"session_id": SESSION, "transcript_path": str(transcript)},
+        state_dir=str(state_dir),
+        loads=json.loads,
+        dumps=json.dumps,
+    )
+    assert found is not None
+    return found
+
+
+def test_the_client_sends_what_the_transcript_gained_since_its_last_event(tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    append(transcript, user_line("Before our first event", "p-0"))
+    first = collect(transcript, tmp_path / "sync")
+    assert first.events == []  # what came before the first event is not ours to send
+    first.commit()
+
+    append(
+        transcript,
+        user_line("Add the VAT rate", "p-1"),
+        edit_line("toolu_1", "Write", "/p/vat.py"),
+        user_line("<command-name>/compact</command-name>", "p-2"),
+        user_line("Continue from where you left off.", "p-2", isMeta=True),
+        user_line(
+            "This session is being continued from a previous conversation that ran out of "
+            "context. The summary below covers the earlier portion of the conversation.\n\n"
+            "Summary: VAT.",
+            "p-2",
+            isCompactSummary=True,
+            isVisibleInTranscriptOnly=True,
+        ),
+        user_line("Before prompt ids", "p-3", version="2.1.195"),
+        user_line("A subagent's", "p-4", isSidechain=True),
+    )
+    second = collect(transcript, tmp_path / "sync")
+
+    assert [(e["type"], e["id"]) for e in second.events] == [
+        ("prompt", "p-1"),
+        ("edit", "toolu_1"),
+        ("compaction", "p-2"),
+    ]
+    assert second.events[0]["text"] == "Add the VAT rate"
+    assert second.events[0]["at"] == STAMP
+    assert second.events[1]["file"] == "/p/vat.py"
+    assert second.events[2]["summary"] == "Summary: VAT."
+    # Not kept (the event was neither delivered nor queued): the same again next time.
+    assert collect(transcript, tmp_path / "sync").events == second.events
+    second.commit()
+    assert collect(transcript, tmp_path / "sync").events == []
+
+
+def test_the_client_sends_a_bounded_part_and_the_next_event_the_rest(tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    transcript.touch()
+    collect(transcript, tmp_path / "sync").commit()
+    count = transcript_sync.SYNC_MAX_EVENTS + 5
+    append(transcript, *(user_line(f"prompt {n}", f"p-{n}") for n in range(count)))
+
+    first = collect(transcript, tmp_path / "sync")
+    first.commit()
+    rest = collect(transcript, tmp_path / "sync")
+
+    assert len(first.events) == transcript_sync.SYNC_MAX_EVENTS
+    assert [e["id"] for e in first.events + rest.events] == [f"p-{n}" for n in range(count)]
+
+
+def test_a_line_too_long_to_read_is_stepped_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(transcript_sync, "SYNC_MAX_BYTES", 4096)
+    monkeypatch.setattr(transcript_sync, "SKIP_CHUNK_BYTES", 1000)
+    transcript = tmp_path / "t.jsonl"
+    transcript.touch()
+    collect(transcript, tmp_path / "sync").commit()
+    append(transcript, user_line("x" * 10_000, "p-big"), user_line("After it", "p-next"))
+
+    skipped = collect(transcript, tmp_path / "sync")
+    skipped.commit()
+    after = collect(transcript, tmp_path / "sync")
+
+    assert skipped.events == []
+    assert [e["id"] for e in after.events] == ["p-next"]
+
+
+def test_a_stop_the_server_cannot_take_is_queued_with_its_backlog_and_the_cursor_moves(
+    tmp_path, monkeypatch
+):
+    transcript = tmp_path / "t.jsonl"
+    transcript.touch()
+    outbox = tmp_path / "signet" / "outbox.jsonl"
+    monkeypatch.setenv("SIGNET_TOKEN", "test-token")
+    body = {**payload("stop"), "transcript_path": str(transcript), "cwd": str(tmp_path)}
+    argv = ["--url", "http://127.0.0.1:9", "--outbox", str(outbox), "claude-code"]
+
+    def stop() -> None:
+        signet_hook.run(
+            argv, stdin=io.BytesIO(json.dumps(body).encode()), stdout=io.BytesIO(), watchdog=False
+        )
+
+    stop()  # the session's first command hook: its cursor starts here
+    append(transcript, user_line("Add the VAT rate", "p-1"))
+    stop()
+    stop()
+
+    queued = [json.loads(line) for line in outbox.read_text().splitlines()]
+    assert [entry["body"]["signet"].get("sync") for entry in queued] == [
+        None,
+        {"events": [{"type": "prompt", "id": "p-1", "text": "Add the VAT rate", "at": STAMP}]},
+        None,  # the outbox carries it already
+    ]
+    assert os.path.isfile(tmp_path / "signet" / "sync" / f"{SESSION}.json")
