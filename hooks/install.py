@@ -1,8 +1,9 @@
 """Write (or remove) Signet's hooks in a harness's settings file.
 
-Claude Code: ``http`` hooks for most events, and ``command`` hooks running ``signet_hook.py``
-for SessionStart (which cannot be an http hook), PreCompact and Stop (the client reads the
-transcript on the agent's machine: the server never opens a file a request names). The merge
+Claude Code: ``http`` hooks for prompts, edits and PostCompact, and ``command`` hooks running
+``signet_hook.py`` for SessionStart (which cannot be an http hook), PreCompact, Stop and
+SessionEnd (the client reads the transcript on the agent's machine: the server never opens a
+file a request names; and what it cannot deliver it queues). The merge
 keeps every foreign hook and setting in place, is idempotent (a second run changes no byte and
 writes no second backup) and replaces Signet's own entries, found by their URL path or script
 name, so re-running it upgrades an older install.
@@ -62,7 +63,11 @@ HOOK_BOOTSTRAP = (
 # the one the next session depends on: a command, because the client reads the transcript
 # where it is (the server never opens a file a request names), with time for a slow server.
 # Stop is a command for the same reason: it sends the context usage of the turn's last
-# response, read from the transcript's tail.
+# response, read from the transcript's tail. Every command hook also sends what the
+# transcript gained since the last one (``transcripts/sync.py``): what the http hooks
+# carried, which Claude Code posts once, lost in an outage. SessionEnd is a command so that
+# the end, too, survives one: queued in the outbox, it reaches the server with whichever
+# hook runs next on the machine.
 CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
     ("SessionStart", "startup|resume|clear|compact", 10, "command"),
     ("UserPromptSubmit", None, 5, "http"),
@@ -70,7 +75,7 @@ CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
     ("PreCompact", None, 30, "command"),
     ("PostCompact", None, 10, "http"),
     ("Stop", None, 10, "command"),
-    ("SessionEnd", None, 5, "http"),
+    ("SessionEnd", None, 10, "command"),
 )
 # What the hook client itself may spend, under each command's timeout above (its watchdog
 # adds a second): the default for SessionStart, most of the budget for PreCompact.

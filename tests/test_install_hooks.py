@@ -175,7 +175,12 @@ def test_install_into_fixture_adds_every_event_and_keeps_foreign_hooks(settings_
         "timeout": 10,
         "_matcher": None,
     }
-    assert found["SessionEnd"][0]["timeout"] == 5
+    assert found["SessionEnd"][0] == {
+        "type": "command",
+        "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),
+        "timeout": 10,
+        "_matcher": None,
+    }
     assert found["SessionStart"][0] == {
         "type": "command",
         "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),

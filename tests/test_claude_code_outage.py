@@ -1,0 +1,92 @@
+"""The real Claude Code CLI (``tests/claude_cli.py``) through an outage of the service.
+
+Claude Code posts UserPromptSubmit, PostToolUse and PostCompact itself (``http`` hooks, no
+retry): what they carried while the service was down is brought up to date from the
+transcript by the next command hook, exactly once and in order. SessionEnd is a command
+hook, so it spools in the outbox like the others.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from checkpoints.models import Session
+from tests.model_api import text, tool_use
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _turns(claude, model_api, hook_service, *, outage: bool):
+    """Two turns (a Write, an Edit) and a compaction, with the service down when
+    ``outage``; then the service is up and a third turn runs. Returns the session's id."""
+    vat = str(claude.project / "vat.py")
+    if outage:
+        hook_service.stop()
+    write = tool_use("Write", {"file_path": vat, "content": "RATE = 20\n"})
+    model_api.script.append([text("Writing it."), write])
+    model_api.script.append([text("Wrote vat.py.")])
+    first = claude.run("Add a VAT rate constant")
+    assert first.returncode == 0, first.stderr
+    session_id = first.session_id
+    edit = tool_use("Edit", {"file_path": vat, "old_string": "20", "new_string": "21"})
+    model_api.script.append([edit])
+    model_api.script.append([text("Edited.")])
+    second = claude.run("Raise the rate to 21", "--resume", session_id)
+    assert second.returncode == 0, second.stderr
+    compacted = claude.run("/compact", "--resume", session_id)
+    assert compacted.returncode == 0, compacted.stderr
+    if outage:
+        assert not Session.objects.filter(session_key=session_id, prompt_count__gt=0).exists()
+        hook_service.start()
+    model_api.script.append([text("Carrying on.")])
+    third = claude.run("Now the VAT breakdown on the invoice", "--resume", session_id)
+    assert third.returncode == 0, third.stderr
+    return session_id
+
+
+def test_what_the_http_hooks_carried_in_an_outage_reaches_the_service_later(
+    claude, model_api, hook_service
+):
+    session_id = _turns(claude, model_api, hook_service, outage=True)
+
+    session = Session.objects.get(session_key=session_id)
+    assert session.prompt_count == 3
+    assert session.recent_prompts == [
+        "Add a VAT rate constant",
+        "Raise the rate to 21",
+        "Now the VAT breakdown on the invoice",
+    ]
+    assert any(path.endswith("vat.py") for path in session.modified_files)
+    assert session.compact_summary
+    assert session.ended_at is not None
+
+
+def test_what_the_http_hooks_delivered_is_not_counted_again(claude, model_api, hook_service):
+    session_id = _turns(claude, model_api, hook_service, outage=False)
+
+    session = Session.objects.get(session_key=session_id)
+    assert session.prompt_count == 3
+    assert session.recent_prompts == [
+        "Add a VAT rate constant",
+        "Raise the rate to 21",
+        "Now the VAT breakdown on the invoice",
+    ]
+    assert session.modified_files == [str(claude.project / "vat.py")]
+
+
+def test_the_end_of_a_session_in_an_outage_reaches_the_service_with_the_next_hook(
+    claude, model_api, hook_service
+):
+    hook_service.stop()
+    model_api.script.append([text("Nothing to do.")])
+    lost = claude.run("Check the invoice totals")
+    assert lost.returncode == 0, lost.stderr
+    hook_service.start()
+    model_api.script.append([text("Hello.")])
+    other = claude.run("ping")  # another session on the machine: its hooks replay the outbox
+    assert other.returncode == 0, other.stderr
+
+    session = Session.objects.get(session_key=lost.session_id)
+    assert session.ended_at is not None
+    assert session.prompt_count == 1
+    assert session.recent_prompts == ["Check the invoice totals"]
