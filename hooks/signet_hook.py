@@ -543,6 +543,11 @@ def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
     return sync
 
 
+# Refusals of the payload itself: the same events would be refused again, and the session's
+# next events with them. Any other refusal (a token, a URL) keeps them for when it is fixed.
+SYNC_REFUSED = (400, 413, 422)
+
+
 # What each harness's client reads on this machine: (``signet`` field, reader of the payload).
 # A reader returns None when its event is not one it reads, or the file cannot be read.
 CLIENT_READERS: dict[str, tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...]] = {
@@ -1194,8 +1199,8 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
             guard.on_expiry = None
         return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
     result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
-    if sync is not None and not result.retryable:
-        sync.commit()  # delivered (or refused for good: sending it again would not help)
+    if sync is not None and (result.delivered or result.status in SYNC_REFUSED):
+        sync.commit()
     if guard is not None:
         guard.on_expiry = None
     if result.delivered:

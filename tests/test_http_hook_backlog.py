@@ -310,3 +310,45 @@ def test_a_stop_the_server_cannot_take_is_queued_with_its_backlog_and_the_cursor
         None,  # the outbox carries it already
     ]
     assert os.path.isfile(tmp_path / "signet" / "sync" / f"{SESSION}.json")
+
+
+def test_the_client_sends_a_bounded_amount_of_text_at_a_time(tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    transcript.touch()
+    collect(transcript, tmp_path / "sync").commit()
+    long = "y" * transcript_sync.PROMPT_CHARS
+    count = transcript_sync.SYNC_MAX_CHARS // transcript_sync.PROMPT_CHARS + 3
+    append(transcript, *(user_line(long, f"p-{n}") for n in range(count)))
+
+    first = collect(transcript, tmp_path / "sync")
+
+    assert len(first.events) == transcript_sync.SYNC_MAX_CHARS // transcript_sync.PROMPT_CHARS
+
+
+@pytest.mark.parametrize(("status", "kept"), [(200, True), (400, True), (401, False), (404, False)])
+def test_the_cursor_moves_when_the_event_is_delivered_or_its_payload_refused(
+    tmp_path, monkeypatch, status, kept
+):
+    from tests.test_hook_client import recording_server
+
+    transcript = tmp_path / "t.jsonl"
+    transcript.touch()
+    monkeypatch.setenv("SIGNET_TOKEN", "test-token")
+    body = {**payload("stop"), "transcript_path": str(transcript), "cwd": str(tmp_path)}
+    outbox = tmp_path / "outbox.jsonl"
+
+    def stop(url: str) -> None:
+        argv = ["--url", url, "--outbox", str(outbox), "claude-code"]
+        stdin = io.BytesIO(json.dumps(body).encode())
+        signet_hook.run(argv, stdin=stdin, stdout=io.BytesIO(), watchdog=False)
+
+    with recording_server((200, b"{}"), (status, b"{}")) as (url, received):
+        stop(url)
+        append(transcript, user_line("Add the VAT rate", "p-1"))
+        stop(url)
+        stop(url)
+
+    sent = [request.body["signet"].get("sync") for request in received]
+    assert sent[0] is None
+    assert sent[1] is not None
+    assert (sent[2] is None) is kept

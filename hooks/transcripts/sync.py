@@ -37,9 +37,12 @@ if TYPE_CHECKING:
 
 SYNC_MAX_BYTES = 8 * 1024 * 1024
 SYNC_MAX_EVENTS = 100
+# ...and text (prompts, summaries, paths) of at most about this many characters, so that the
+# event stays well within the server's 1 MiB even where each is sent as a six-byte escape.
+SYNC_MAX_CHARS = 64_000
 # A line longer than this is skipped unread: no prompt is, and an edit's content is not needed.
 SKIP_CHUNK_BYTES = 1024 * 1024
-PROMPT_CHARS = 4000
+PROMPT_CHARS = 2000
 SUMMARY_CHARS = 20_000
 # UserPromptSubmit carries ``prompt_id`` from this version on: before it, the server could
 # not tell a prompt it got from one it missed, so those are not sent.
@@ -121,13 +124,20 @@ def _read_events(path: str, offset: int, size: int, loads: Loads) -> tuple[list[
     except (OSError, ValueError):
         return events, offset
     start = 0
-    while len(events) < SYNC_MAX_EVENTS:
+    chars = 0
+    while len(events) < SYNC_MAX_EVENTS and chars < SYNC_MAX_CHARS:
         end = data.find(b"\n", start)
         if end < 0:
             break  # a line still being written: the next event reads it
+        found = len(events)
         _line_events(data[start:end], loads, events)
+        chars += sum(map(_chars, events[found:]))
         start = end + 1
     return events, offset + start
+
+
+def _chars(event: dict[str, Any]) -> int:
+    return len(event.get("text") or event.get("summary") or event.get("file") or "")
 
 
 def _skip_line(handle: BinaryIO, position: int, size: int) -> int:
