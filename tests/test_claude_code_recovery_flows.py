@@ -4,10 +4,13 @@ session a new one recovers from (issue #29, findings 6-8)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from checkpoints.models import Session
-from tests.model_api import text, tool_use
+from checkpoints.services.recovery import HEADER
+from tests.model_api import ModelAPI, text, tool_use
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -27,3 +30,39 @@ def test_a_write_of_a_600_kb_file_lands_among_the_sessions_modified_files(claude
     assert path.read_text() == content
     session = Session.objects.get(session_key=run.session_id)
     assert str(path) in session.modified_files
+
+
+def _blocks(body: dict[str, Any]) -> int:
+    return ModelAPI.request_text(body).count(HEADER)
+
+
+def test_the_model_never_holds_more_than_one_recovery_block(claude, model_api):
+    """Startup, three headless resumes, /compact, --continue, a new session, /clear and a
+    prompt after it: at most one ``## Session Recovery Context`` in every request the model
+    received; exactly one in the first request after the compaction."""
+    model_api.script.append([text("Writing."), tool_use("Write", {
+        "file_path": str(claude.project / "vat.py"), "content": "RATE = 20\n",
+    })])  # fmt: skip
+    model_api.script.append([text("Wrote vat.py.")])
+    first = claude.run("Add a VAT rate constant")
+    assert first.returncode == 0, first.stderr
+    session_id = first.session_id
+    for number in range(3):
+        resumed = claude.run(f"Carry on with step {number}", "--resume", session_id)
+        assert (resumed.returncode, resumed.session_id) == (0, session_id), resumed.stderr
+    compacted = claude.run("/compact", "--resume", session_id)
+    assert compacted.returncode == 0, compacted.stderr
+    after_compaction = len(model_api.requests)
+    continued = claude.run("Carry on after the compaction", "--continue")
+    assert (continued.returncode, continued.session_id) == (0, session_id), continued.stderr
+    other = claude.run("Start on the credit notes")
+    assert (other.returncode, other.session_id != session_id) == (0, True), other.stderr
+    cleared = claude.run("/clear", "--resume", other.session_id)
+    assert cleared.returncode == 0, cleared.stderr
+    after_clear = claude.run("Begin again", "--continue")
+    assert after_clear.returncode == 0, after_clear.stderr
+
+    counts = [_blocks(request["body"]) for request in model_api.requests]
+    assert len(counts) > after_compaction
+    assert max(counts) <= 1, counts
+    assert counts[after_compaction] == 1, counts

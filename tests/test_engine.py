@@ -435,3 +435,49 @@ def test_a_huge_prompt_is_redacted_before_it_is_cut(hook):
     assert len(kept) == 500
     assert "AKIAQ3EG" not in kept
     assert kept.endswith(" [REDACTED")  # the marker itself is what the cut falls in
+
+
+# --- a conversation the harness kept (Claude Code's --resume / --continue) ---------------------
+
+
+def test_each_resume_of_a_kept_conversation_gets_no_copy_of_its_own_checkpoint(hook):
+    """The conversation is where the checkpoint came from: a block at each resume would pile
+    up (1, 2, 3 … in the model's requests), saying again what the conversation holds."""
+    prompt(hook, "Add VAT to the invoice PDF")
+    send(hook, payload("session_end"))
+    for _ in range(3):
+        assert send(hook, payload("session_start_resume")).json() == {}
+        prompt(hook, "carry on")
+        send(hook, payload("session_end"))
+    assert not Injection.objects.exists()
+
+
+def test_a_compaction_after_a_resume_is_recovered_once(hook):
+    prompt(hook, "Add VAT to the invoice PDF")
+    send(hook, payload("session_end"))
+    assert send(hook, payload("session_start_resume")).json() == {}
+    send(hook, payload("pre_compact_manual", transcript_path="/no/such/file.jsonl"))
+    context = context_of(send(hook, payload("session_start_compact")))
+    assert "pre-compaction checkpoint of this session" in context
+    send(hook, payload("post_compact_manual"))
+    assert context_of(prompt(hook, "go on")) == ""
+    assert [i.source for i in Injection.objects.all()] == ["compact"]
+
+
+def test_a_kept_conversation_with_no_checkpoint_of_its_own_is_recovered_once(hook):
+    """A session that never had a recovery (it began with /clear) is handed the project's
+    latest at its first resume; its conversation keeps that block, so none at the next."""
+    prompt(hook, "Ship the invoice export", session="old-session")
+    send(hook, payload("session_end", session_id="old-session"))
+    assert send(hook, payload("session_start_clear", session_id="fresh")).json() == {}
+    first = context_of(send(hook, payload("session_start_resume", session_id="fresh")))
+    assert "Ship the invoice export" in first
+    assert send(hook, payload("session_start_resume", session_id="fresh")).json() == {}
+    assert Injection.objects.count() == 1
+
+
+def test_a_start_that_does_not_keep_the_conversation_still_recovers(hook):
+    prompt(hook, "Add VAT to the invoice PDF")
+    send(hook, payload("session_end"))
+    context = context_of(send(hook, payload("session_start_startup")))
+    assert "Add VAT to the invoice PDF" in context

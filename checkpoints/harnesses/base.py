@@ -112,6 +112,9 @@ class Event:
     git_branch: str = ""
     git_head: str = ""
     source: str = ""  # session-start source, session-end reason, or compaction trigger
+    # A session start whose harness brought the session's conversation back as it was, with
+    # whatever earlier answers injected into it (its adapter knows which starts do).
+    conversation_kept: bool = False
     prompt: str = ""
     remember: str = ""
     files: tuple[str, ...] = ()

@@ -98,6 +98,8 @@ class ClaudeStyleAdapter:
     kinds: dict[str, EventKind] = {}
     context_events: dict[EventKind, str] = {}
     remember_prefixes: tuple[str, ...] = ()
+    # The session-start sources that bring the session's conversation back whole.
+    conversation_kept_on: frozenset[str] = frozenset()
     payload_skips: PayloadSkips = PAYLOAD_SKIPS
 
     def payload_extra(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -127,7 +129,9 @@ class ClaudeStyleAdapter:
         extra = self.payload_extra(payload)
         common["backlog"] = self.backlog_parse(client, common)
         if kind is EventKind.SESSION_START:
-            return Event(**common, source=text_field(payload, "source"), extra=extra)
+            source = text_field(payload, "source")
+            kept = source in self.conversation_kept_on
+            return Event(**common, source=source, conversation_kept=kept, extra=extra)
         if kind is EventKind.PROMPT:
             prompt = text_field(payload, "prompt", required=True)
             remember = remembered_text(prompt, self.remember_prefixes)
@@ -175,6 +179,10 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
     kinds = KINDS
     context_events = CONTEXT_EVENTS
     remember_prefixes = REMEMBER_PREFIXES
+    # ``--resume`` and ``--continue`` (headless or not) start SessionStart(resume) on the
+    # conversation read back from the transcript, every context a hook injected included;
+    # what this start injects stays too, across a later compaction.
+    conversation_kept_on = frozenset({"resume"})
 
     def backlog_parse(self, client: dict[str, Any], common: dict[str, Any]) -> tuple[Event, ...]:
         """``signet.sync.events``: the prompts, edits and compactions the hook client found in

@@ -517,9 +517,16 @@ def recovery_prepare(
     previous_session_key: str = "",
     budget: int | None = None,
     latest: Checkpoint | None = None,
+    conversation_kept: bool = False,
 ) -> tuple[RecoveryMatch, RecoveryContext] | None:
     """Find the checkpoint ``session`` would recover from (``recovery_find``) and render its
-    context."""
+    context; None when there is none, or when the conversation already holds it.
+
+    ``conversation_kept``: the harness brought the session's conversation back as it was
+    (``Event.conversation_kept``). It holds what the session's own checkpoint says (that is
+    where the checkpoint came from) and any recovery context injected into the session
+    before: a block saying it again would only pile up, one more at every resume.
+    """
     match = recovery_find(
         owner=owner,
         session=session,
@@ -529,6 +536,8 @@ def recovery_prepare(
         latest=latest,
     )
     if match is None:
+        return None
+    if conversation_kept and (match.match == "session" or _injected_before(session)):
         return None
     context = recovery_render(
         checkpoint=match.checkpoint,
@@ -540,6 +549,13 @@ def recovery_prepare(
         compact_summary=match.compact_summary,
     )
     return match, context
+
+
+def _injected_before(session: Session) -> bool:
+    """Whether ``session`` was handed a recovery context before."""
+    if session.created_now or session.pk is None:
+        return False
+    return Injection.objects.filter(session_id=session.pk).exists()
 
 
 def injection_build(

@@ -92,8 +92,8 @@ def _recovery(
     latest: Checkpoint | None = None,
 ) -> Step:
     """The recovery context to inject into ``session``, and its audit row; an empty step when
-    there is nothing to recover. ``latest``: the session's own checkpoint that this event
-    writes, built but not saved yet."""
+    there is nothing to recover, or nothing the conversation lacks. ``latest``: the session's
+    own checkpoint that this event writes, built but not saved yet."""
     prepared = recovery_prepare(
         owner=session.owner,
         session=session,
@@ -102,6 +102,7 @@ def _recovery(
         previous_session_key=previous_key,
         budget=_recovery_budget(config, event),
         latest=latest,
+        conversation_kept=event.conversation_kept,
     )
     if prepared is None:
         return Step()
