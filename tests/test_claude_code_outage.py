@@ -57,7 +57,10 @@ def test_what_the_http_hooks_carried_in_an_outage_reaches_the_service_later(
         "Now the VAT breakdown on the invoice",
     ]
     assert any(path.endswith("vat.py") for path in session.modified_files)
+    # The summary alone, as PostCompact would have sent it, not the transcript's wrapping.
     assert session.compact_summary
+    assert "This session is being continued" not in session.compact_summary
+    assert "If you need specific details" not in session.compact_summary
     assert session.ended_at is not None
 
 

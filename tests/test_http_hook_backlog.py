@@ -227,7 +227,8 @@ def test_the_client_sends_what_the_transcript_gained_since_its_last_event(tmp_pa
         user_line(
             "This session is being continued from a previous conversation that ran out of "
             "context. The summary below covers the earlier portion of the conversation.\n\n"
-            "Summary: VAT.",
+            "Summary: VAT.\n\nIf you need specific details from before compaction (like "
+            "exact code snippets), read the full transcript at: /p/t.jsonl\nContinue.",
             "p-2",
             isCompactSummary=True,
             isVisibleInTranscriptOnly=True,

@@ -49,8 +49,10 @@ SUMMARY_CHARS = 20_000
 PROMPT_ID_VERSION = (2, 1, 196)
 # Cursors of sessions untouched this long are deleted when a new one is made.
 STATE_MAX_AGE_SECONDS = 30 * 24 * 3600
-# What Claude Code writes before a compaction's summary in the transcript.
+# What Claude Code writes around a compaction's summary in the transcript (PostCompact's
+# ``compact_summary`` is the summary alone).
 _SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
+_SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 _SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _MARKS = (b'"type":"user"', b'"type":"assistant"')
 
@@ -191,7 +193,8 @@ def _user(record: dict[str, Any], text: str, at: str, events: list[Any]) -> None
         return
     if record.get("isCompactSummary") is True:
         _, found, summary = text.partition(_SUMMARY_PREAMBLE)
-        summary = (summary if found else text).strip()[:SUMMARY_CHARS]
+        summary = (summary if found else text).partition(_SUMMARY_TRAILER)[0]
+        summary = summary.strip()[:SUMMARY_CHARS]
         events.append({"type": "compaction", "id": prompt_id, "summary": summary, "at": at})
         return
     if (
