@@ -1,61 +1,91 @@
-"""Register (or remove) Signet's stdio MCP server in Claude Code's user-scope configuration:
-the ``mcpServers`` object of ``~/.claude.json``.
+"""Register (or remove) Signet's MCP server in Claude Code's user-scope configuration: the
+``mcpServers`` object of ``~/.claude.json``.
 
-The entry runs this checkout's ``manage.py mcp_server`` with the Python that runs the
-installer (a virtualenv's, which has the service's packages):
+The entry points Claude Code at the service's own MCP endpoint (streamable HTTP at
+``/mcp/``), so nothing but Claude Code runs on the agent's machine and nothing there opens a
+database:
 
-    "signet": {"type": "stdio", "command": "/…/.venv/bin/python",
-               "args": ["/…/manage.py", "mcp_server", "--token-env", "SIGNET_TOKEN"]}
+    "signet": {"type": "http", "url": "http://host:8000/mcp/?cwd=${PWD:-}",
+               "headers": {"Authorization": "Bearer ${SIGNET_TOKEN}"}}
 
-No token is written, and no ``env`` either: a stdio server without an ``env`` block inherits
-Claude Code's environment, where the hooks already find ``$SIGNET_TOKEN``. Same guarantees
-as ``hooks.install``, whose helpers this reuses: every other key and server is kept, a
-second run changes no byte and writes no backup, a backup is written before any change, the
-write is atomic. An entry named ``signet`` that is not Signet's is never overwritten.
-Standard library only.
+Claude Code expands ``${NAME}`` (and ``${NAME:-default}``) in an MCP server's ``url`` and
+``headers`` from its own environment when it connects; a bare ``$NAME`` is sent as it is.
+So only the name of the token's variable is written, never its value. The launch folder
+(``$PWD``, which the shell exports) goes in the query rather than a header: Claude Code
+percent-encodes a URL, while a header holding a character outside Latin-1 makes it drop the
+server. The service reads ``cwd`` to the end of the query string (a folder name may hold
+``&``), and uses it to find the calling session as the hooks named it.
+
+An older install's stdio entry (``manage.py mcp_server``) is Signet's too, and is upgraded in
+place. Same guarantees as ``hooks.install``, whose helpers this reuses: every other key and
+server is kept, a second run changes no byte and writes no backup, a backup is written before
+any change, the write is atomic. An entry named ``signet`` that is not Signet's is never
+overwritten. Standard library only.
 """
 
 from __future__ import annotations
 
-import sys
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from hooks.install import (
     DEFAULT_TOKEN_ENV,
+    DEFAULT_URL,
     InstallError,
     InstallResult,
     _load,
     _save,
     _target,
     validate_token_env,
+    validate_url,
 )
 
 DEFAULT_CLAUDE_JSON = "~/.claude.json"
 SERVER_NAME = "signet"
-COMMAND_NAME = "mcp_server"
-MANAGE_PY = Path(__file__).resolve().parent.parent / "manage.py"
+MCP_PATH = "/mcp/"
+# Last in the query: the service takes it to the end of the string.
+CWD_QUERY = "cwd=${PWD:-}"
+# What an older install registered: ``manage.py mcp_server`` over stdio.
+STDIO_COMMAND = "mcp_server"
+BEARER_FROM_ENV = re.compile(r"^Bearer \$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 
 
 def mcp_server_entry(
-    *, interpreter: str, manage_py: Path = MANAGE_PY, token_env: str = DEFAULT_TOKEN_ENV
+    *, url: str = DEFAULT_URL, token_env: str = DEFAULT_TOKEN_ENV
 ) -> dict[str, Any]:
-    """Claude Code's stdio entry for Signet's MCP server."""
+    """Claude Code's ``http`` entry for the service's MCP endpoint at ``url``."""
     return {
-        "type": "stdio",
-        "command": interpreter,
-        "args": [str(manage_py), COMMAND_NAME, "--token-env", validate_token_env(token_env)],
+        "type": "http",
+        "url": f"{validate_url(url)}{MCP_PATH}?{CWD_QUERY}",
+        "headers": {"Authorization": f"Bearer ${{{validate_token_env(token_env)}}}"},
     }
 
 
-def is_signet_server(entry: Any) -> bool:
-    """Whether an ``mcpServers`` entry runs Signet's ``manage.py mcp_server``."""
-    if not isinstance(entry, dict):
-        return False
+def _is_stdio_server(entry: dict[str, Any]) -> bool:
     args = entry.get("args")
     if not isinstance(args, list) or len(args) < 2:
         return False
-    return str(args[0]).endswith("manage.py") and args[1] == COMMAND_NAME
+    return str(args[0]).endswith("manage.py") and args[1] == STDIO_COMMAND
+
+
+def _is_http_server(entry: dict[str, Any]) -> bool:
+    url, headers = entry.get("url"), entry.get("headers")
+    if entry.get("type") != "http" or not isinstance(url, str) or not isinstance(headers, dict):
+        return False
+    authorization = headers.get("Authorization")
+    return (
+        urlsplit(url).path.endswith(MCP_PATH)
+        and isinstance(authorization, str)
+        and BEARER_FROM_ENV.match(authorization) is not None
+    )
+
+
+def is_signet_server(entry: Any) -> bool:
+    """Whether an ``mcpServers`` entry is one this installer wrote: the service's ``/mcp/``
+    with a bearer token from an environment variable, or an older install's stdio server."""
+    return isinstance(entry, dict) and (_is_http_server(entry) or _is_stdio_server(entry))
 
 
 def _servers(settings: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -66,17 +96,10 @@ def _servers(settings: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def mcp_install(
-    config_path: Path,
-    *,
-    interpreter: str | None = None,
-    manage_py: Path = MANAGE_PY,
-    token_env: str = DEFAULT_TOKEN_ENV,
+    config_path: Path, *, url: str = DEFAULT_URL, token_env: str = DEFAULT_TOKEN_ENV
 ) -> InstallResult:
     """Add (or update in place) the ``signet`` server in ``config_path``'s ``mcpServers``."""
-    python = interpreter or sys.executable
-    if not python:
-        raise InstallError("no Python interpreter to run the MCP server with; pass one")
-    entry = mcp_server_entry(interpreter=python, manage_py=manage_py, token_env=token_env)
+    entry = mcp_server_entry(url=url, token_env=token_env)
     path = _target(config_path)
     settings, raw = _load(path)
     servers = _servers(settings, path)
@@ -90,8 +113,7 @@ def mcp_install(
     settings["mcpServers"] = servers
     result = _save(path, settings, raw)
     result.installed = [SERVER_NAME]
-    result.removed = [SERVER_NAME] if current is not None else []
-    result.interpreter = python
+    result.removed = [SERVER_NAME] if current is not None and current != entry else []
     return result
 
 

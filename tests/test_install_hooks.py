@@ -34,6 +34,12 @@ EVENTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # install_hooks claude-code also writes ~/.claude.json and ~/.claude/CLAUDE.md.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
 def load(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
     assert isinstance(data, dict)
@@ -487,7 +493,7 @@ def test_management_command_installs_and_uninstalls(tmp_path, capsys):
     assert "SessionStart, UserPromptSubmit, PostToolUse" in out
     assert f"SessionStart, PreCompact and Stop run with: {REAL_PYTHON}" in out
     assert "export TEAM_SIGNET=..." in out
-    assert "create_token --user NAME --scopes ingest,read" in out
+    assert "create_token --user NAME --scopes ingest,read,write" in out
     assert signet_handlers(load(target))["PostCompact"][0]["url"] == (
         "http://10.0.0.5:8000/api/hooks/claude-code/"
     )

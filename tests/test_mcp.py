@@ -4,12 +4,14 @@ a live server) and over stdio (``manage.py mcp_server`` as a subprocess); and th
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,15 @@ import httpx2
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.management import call_command
+from django.utils import timezone
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from rest_framework.test import APIClient
 
+from checkpoints.mcp.handshake import handshake_record, handshake_snapshot
+from checkpoints.mcp.http import cwd_param
 from checkpoints.mcp.principal import McpPrincipal
 from checkpoints.mcp.server import _in_django
 from checkpoints.mcp.tools import checkpoint_briefs
@@ -32,6 +37,7 @@ from checkpoints.services.config import config_cache_clear, config_get, config_s
 from checkpoints.services.tokens import token_create, token_revoke
 from hooks.install import InstallError
 from hooks.mcp_config import SERVER_NAME, mcp_install, mcp_uninstall
+from tests.factories import SessionFactory
 from tests.processes import manage
 from tests.test_serve import free_port, service_env
 
@@ -63,8 +69,8 @@ def _django_transport(api: APIClient) -> httpx2.MockTransport:
     return httpx2.MockTransport(handle)
 
 
-def over_http(token: str, scenario: Scenario, **headers: str) -> Any:
-    """Run ``scenario`` with an SDK client connected to ``/mcp/`` through the test client."""
+def over_http(token: str, scenario: Scenario, url: str = "/mcp/", **headers: str) -> Any:
+    """Run ``scenario`` with an SDK client connected to ``url`` through the test client."""
 
     async def run() -> Any:
         http = httpx2.AsyncClient(
@@ -73,7 +79,7 @@ def over_http(token: str, scenario: Scenario, **headers: str) -> Any:
         )
         async with (
             http,
-            Client(streamable_http_client("http://testserver/mcp/", http_client=http)) as client,
+            Client(streamable_http_client(f"http://testserver{url}", http_client=http)) as client,
         ):
             return await scenario(client)
 
@@ -279,6 +285,93 @@ def test_one_json_rpc_post_is_answered_in_json(owner, make_token, url):
     assert body["id"] == 7
     assert {tool["name"] for tool in body["result"]["tools"]} == TOOLS
     assert api.get(url).status_code == 405
+    # As Claude Code opens the stream: a 406 here would make it drop the connection.
+    assert api.get(url, headers={"Accept": "text/event-stream"}).status_code == 405
+
+
+def test_the_handshake_snapshot_is_what_the_sdk_answers():
+    assert handshake_record() == handshake_snapshot(), (
+        "A tool or the SDK changed: write the snapshot again with "
+        "`python -m checkpoints.mcp.handshake`."
+    )
+
+
+def test_the_handshake_is_answered_without_the_sdk(owner, make_token, monkeypatch):
+    """A cold process would import the SDK for it: seconds before Claude Code sees a tool."""
+
+    def no_sdk(*args: Any) -> None:
+        raise AssertionError("the handshake went through the SDK")
+
+    monkeypatch.setattr("checkpoints.mcp.http._serve", no_sdk)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(owner, 'read')}")
+    accept = {"Accept": "application/json, text/event-stream"}
+    version = {**accept, "MCP-Protocol-Version": "2025-11-25"}
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cc"}}
+
+    def post(message: dict[str, Any], headers: dict[str, str]) -> Any:
+        return api.post("/mcp/", message, format="json", headers=headers)
+
+    initialize = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}, accept)
+    initialized = post({"jsonrpc": "2.0", "method": "notifications/initialized"}, version)
+    listed = post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, version)
+
+    assert initialize.status_code == 200
+    assert initialize.json()["result"]["protocolVersion"] == "2025-11-25"
+    assert initialize.json()["result"]["serverInfo"]["name"] == "signet"
+    assert initialized.status_code == 202
+    assert initialized.content == b""
+    assert listed.status_code == 200
+    assert listed["Content-Type"] == "application/json"
+    assert {tool["name"] for tool in listed.json()["result"]["tools"]} == TOOLS
+    assert listed.json()["id"] == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "cwd"),
+    [
+        ("cwd=/home/a/shop", "/home/a/shop"),
+        ("session=k&cwd=/home/a/%E9%A1%B9%E7%9B%AE%20x/b&c=d", "/home/a/项目 x/b&c=d"),
+        ("cwd=", ""),
+        ("", ""),
+        ("xcwd=/a", ""),
+    ],
+)
+def test_the_cwd_parameter_runs_to_the_end_of_the_query(query, cwd):
+    assert cwd_param(query) == cwd
+
+
+def test_the_url_names_the_agents_folder_and_so_its_session(owner, make_token):
+    """Claude Code puts ``$PWD`` in the URL the installer writes: with two sessions live, the
+    digest goes to the one in the agent's project, not merely the latest."""
+    now = timezone.now()
+    mine = SessionFactory(
+        owner=owner, project="/home/a/项目 x", project_normalized="/home/a/项目 x",
+        last_activity_at=now - timedelta(minutes=1),
+    )  # fmt: skip
+    SessionFactory(owner=owner, last_activity_at=now)
+    token = make_token(owner, "read", "write")
+    url = "/mcp/?cwd=/home/a/%E9%A1%B9%E7%9B%AE%20x/src"
+
+    result = over_http(token, call("session_digest", summary="in my project"), url=url)
+
+    assert not result.is_error, text(result)
+    assert Checkpoint.objects.get().session_key == mine.session_key
+
+
+def test_without_a_folder_the_digest_goes_to_the_latest_live_session(owner, teammate, make_token):
+    now = timezone.now()
+    latest = SessionFactory(owner=owner, last_activity_at=now - timedelta(minutes=1))
+    SessionFactory(owner=owner, last_activity_at=now - timedelta(minutes=5))
+    SessionFactory(
+        owner=owner, started_at=now - timedelta(hours=1), last_activity_at=now, ended_at=now
+    )  # over
+    SessionFactory(owner=teammate, last_activity_at=now)  # someone else's
+
+    result = over_http(make_token(owner, "read", "write"), call("session_digest", summary="x"))
+
+    assert not result.is_error, text(result)
+    assert Checkpoint.objects.get().session_key == latest.session_key
 
 
 # --- a real server, a real client --------------------------------------------------------
@@ -464,7 +557,7 @@ def test_stdio_refuses_to_start_without_a_valid_token(tmp_path):
     assert "'read' scope" in done.stderr
 
 
-# --- the installer: install_hooks claude-code --with-mcp ---------------------------------
+# --- the installer: install_hooks claude-code registers the service's /mcp/ ---------------
 
 FOREIGN = {
     "numStartups": 34,
@@ -472,13 +565,18 @@ FOREIGN = {
     "mcpServers": {"github": {"type": "stdio", "command": "npx", "args": ["-y", "gh"], "env": {}}},
     "theme": "dark",
 }
+OLD_STDIO_ENTRY = {
+    "type": "stdio",
+    "command": "/venv/bin/python",
+    "args": ["/src/signet/manage.py", "mcp_server", "--token-env", "SIGNET_TOKEN"],
+}
 
 
 def test_mcp_install_merges_is_idempotent_backs_up_and_uninstalls(tmp_path):
     path = tmp_path / ".claude.json"
     original = json.dumps(FOREIGN, indent=2) + "\n"
     path.write_text(original)
-    first = mcp_install(path, interpreter="/venv/bin/python", token_env="MY_TOKEN")
+    first = mcp_install(path, url="https://signet.example:8443/", token_env="MY_TOKEN")
     assert first.changed
     assert first.backup_path is not None
     assert first.backup_path.read_text() == original
@@ -487,20 +585,17 @@ def test_mcp_install_merges_is_idempotent_backs_up_and_uninstalls(tmp_path):
     assert {k: v for k, v in data.items() if k != "mcpServers"} == {
         k: v for k, v in FOREIGN.items() if k != "mcpServers"
     }
-    entry = data["mcpServers"][SERVER_NAME]
-    assert entry["type"] == "stdio"
-    assert entry["command"] == "/venv/bin/python"
-    assert entry["args"] == [
-        str(PROJECT_DIR / "manage.py"),
-        "mcp_server",
-        "--token-env",
-        "MY_TOKEN",
-    ]
-    assert "env" not in entry  # the server inherits Claude Code's environment (the token)
+    # Nothing runs on the agent's machine: Claude Code talks to the service's endpoint, with
+    # the token's variable expanded by Claude Code (its ${NAME} syntax), never its value.
+    assert data["mcpServers"][SERVER_NAME] == {
+        "type": "http",
+        "url": "https://signet.example:8443/mcp/?cwd=${PWD:-}",
+        "headers": {"Authorization": "Bearer ${MY_TOKEN}"},
+    }
     after_first = path.read_bytes()
     backups = sorted(tmp_path.glob(".claude.json.signet-backup-*"))
 
-    second = mcp_install(path, interpreter="/venv/bin/python", token_env="MY_TOKEN")
+    second = mcp_install(path, url="https://signet.example:8443", token_env="MY_TOKEN")
     assert not second.changed
     assert path.read_bytes() == after_first
     assert sorted(tmp_path.glob(".claude.json.signet-backup-*")) == backups
@@ -511,17 +606,51 @@ def test_mcp_install_merges_is_idempotent_backs_up_and_uninstalls(tmp_path):
     assert not mcp_uninstall(path).changed
 
 
-def test_mcp_install_never_overwrites_a_foreign_server_of_the_same_name(tmp_path):
+def test_mcp_install_upgrades_an_older_stdio_entry_in_place(tmp_path):
     path = tmp_path / ".claude.json"
-    path.write_text(json.dumps({"mcpServers": {SERVER_NAME: {"command": "other"}}}))
+    path.write_text(
+        json.dumps({"mcpServers": {SERVER_NAME: OLD_STDIO_ENTRY, **FOREIGN["mcpServers"]}})
+    )
+
+    result = mcp_install(path, url="http://10.0.0.5:8000")
+
+    assert result.changed
+    assert result.removed == [SERVER_NAME]
+    servers = json.loads(path.read_text())["mcpServers"]
+    assert list(servers) == [SERVER_NAME, "github"]  # where it was
+    assert servers[SERVER_NAME]["url"] == "http://10.0.0.5:8000/mcp/?cwd=${PWD:-}"
+    assert "command" not in servers[SERVER_NAME]
+    # An older install's entry is Signet's to remove, too.
+    path.write_text(json.dumps({"mcpServers": {SERVER_NAME: OLD_STDIO_ENTRY}}))
+    assert mcp_uninstall(path).changed
+    assert json.loads(path.read_text()) == {"mcpServers": {}}
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        {"command": "other"},
+        {"type": "http", "url": "https://signet.example/api/", "headers": {}},
+        {
+            "type": "http",
+            "url": "https://mcp.example/mcp/",
+            "headers": {"Authorization": "Bearer x"},
+        },
+        {"type": "sse", "url": "https://mcp.example/mcp/"},
+    ],
+)
+def test_mcp_install_never_overwrites_a_foreign_server_of_the_same_name(tmp_path, foreign):
+    path = tmp_path / ".claude.json"
+    path.write_text(json.dumps({"mcpServers": {SERVER_NAME: foreign}}))
     before = path.read_bytes()
     with pytest.raises(InstallError, match="not Signet's"):
-        mcp_install(path, interpreter="/venv/bin/python")
+        mcp_install(path)
     assert not mcp_uninstall(path).changed
     assert path.read_bytes() == before
 
 
-def test_install_hooks_with_mcp_writes_config_and_instructions(tmp_path):
+def test_install_hooks_registers_mcp_by_default_and_uninstall_removes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIGNET_TOKEN", "sig_live_secret_value_123")
     settings, config, memory = (
         tmp_path / "settings.json",
         tmp_path / ".claude.json",
@@ -536,20 +665,55 @@ def test_install_hooks_with_mcp_writes_config_and_instructions(tmp_path):
         "--claude-md",
         str(memory),
     ]
-    call_command("install_hooks", "claude-code", "--with-mcp", *paths)
-    assert json.loads(config.read_text())["mcpServers"][SERVER_NAME]["args"][1] == "mcp_server"
+    out = io.StringIO()
+    call_command(
+        "install_hooks", "claude-code", "--url", "http://10.0.0.5:8000", *paths, stdout=out
+    )
+    entry = json.loads(config.read_text())["mcpServers"][SERVER_NAME]
+    assert entry["url"] == "http://10.0.0.5:8000/mcp/?cwd=${PWD:-}"
+    assert entry["headers"] == {"Authorization": "Bearer ${SIGNET_TOKEN}"}
+    assert "sig_live_secret_value_123" not in config.read_text()
     assert "session_digest" in memory.read_text()
     assert memory.read_text().startswith("# Mine\n")
+    assert "--scopes ingest,read,write" in out.getvalue()  # session_digest writes
     snapshot = [p.read_bytes() for p in (settings, config, memory)]
-    call_command("install_hooks", "claude-code", "--with-mcp", *paths)
+    call_command("install_hooks", "claude-code", "--url", "http://10.0.0.5:8000", *paths)
     assert [p.read_bytes() for p in (settings, config, memory)] == snapshot
+    call_command(
+        "install_hooks", "claude-code", "--with-mcp", "--url", "http://10.0.0.5:8000", *paths
+    )
+    assert [p.read_bytes() for p in (settings, config, memory)] == snapshot  # still accepted
 
-    call_command("install_hooks", "claude-code", "--uninstall", *paths)  # hooks only
+    call_command("install_hooks", "claude-code", "--uninstall", "--no-mcp", *paths)  # hooks only
     assert SERVER_NAME in json.loads(config.read_text())["mcpServers"]
-    call_command("install_hooks", "claude-code", "--uninstall", "--with-mcp", *paths)
+    call_command("install_hooks", "claude-code", "--uninstall", *paths)
     assert SERVER_NAME not in json.loads(config.read_text()).get("mcpServers", {})
     assert memory.read_text() == "# Mine\n"
     assert os.path.exists(settings)
+
+
+def test_install_hooks_no_mcp_leaves_the_claude_json_alone(tmp_path):
+    config, memory = tmp_path / ".claude.json", tmp_path / "CLAUDE.md"
+    call_command(
+        "install_hooks", "claude-code", "--no-mcp", "--settings-file", str(tmp_path / "s.json"),
+        "--mcp-config", str(config), "--claude-md", str(memory), stdout=io.StringIO(),
+    )  # fmt: skip
+    assert not config.exists()
+    assert not memory.exists()
+
+
+def test_install_hooks_keeps_the_hooks_when_a_foreign_signet_server_is_there(tmp_path):
+    settings, config = tmp_path / "settings.json", tmp_path / ".claude.json"
+    config.write_text(json.dumps({"mcpServers": {SERVER_NAME: {"command": "other"}}}))
+    before = config.read_bytes()
+    err = io.StringIO()
+    call_command(
+        "install_hooks", "claude-code", "--settings-file", str(settings), "--mcp-config",
+        str(config), "--claude-md", str(tmp_path / "CLAUDE.md"), stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert "not Signet's" in err.getvalue()
+    assert config.read_bytes() == before
+    assert json.loads(settings.read_text())["hooks"]
 
 
 def test_a_stdio_server_stops_honouring_a_token_revoked_after_it_started(owner):

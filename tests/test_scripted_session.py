@@ -117,7 +117,7 @@ def test_after_compact_the_agent_gets_everything_once(service, tmp_path, setting
     settings_file = tmp_path / "settings.json"
     call_command(
         "install_hooks", "claude-code", "--settings-file", str(settings_file),
-        "--url", service.url, "--python", sys.executable, stdout=io.StringIO(),
+        "--url", service.url, "--python", sys.executable, "--no-mcp", stdout=io.StringIO(),
     )  # fmt: skip
     claude = ClaudeCode(settings_file, token, tmp_path)
     log = transcript(tmp_path / f"{SESSION}.jsonl")

@@ -11,6 +11,11 @@ the two one request at a time, in the SDK's **stateless, JSON-response** mode:
   json_response=True)`` on a synthesized ASGI scope, driven to completion by
   ``async_to_sync``; the ASGI response is collected and returned as a Django response.
 
+The handshake (``initialize``, ``notifications/initialized``, ``tools/list``, ``ping``) is
+answered from ``handshake.py``'s snapshot without the SDK: Claude Code does not wait for its
+MCP servers in ``-p`` mode, and a handshake that pays for the SDK's import misses the
+session's first request to the model.
+
 Stateless because nothing may outlive a WSGI request (no session table to share between
 processes, no stream to keep open on a blocking thread): every POST is self-contained,
 ``initialize`` included, and GET (the server-to-client stream) answers 405. JSON responses
@@ -21,8 +26,10 @@ thread-sensitive mode), so it uses the request's connection and transaction like
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
+from urllib.parse import unquote
 
 from asgiref.sync import async_to_sync
 from django.http import HttpResponse
@@ -31,11 +38,14 @@ from rest_framework.views import APIView
 
 from checkpoints.api.errors import error_response
 from checkpoints.harnesses.base import identifier_problem
+from checkpoints.mcp.handshake import PROTOCOL_HEADER, handshake_answer
 from checkpoints.mcp.principal import McpPrincipal, principal_bind
 from checkpoints.models import ApiToken
 
 SESSION_HEADER = "X-Signet-Session"
 SESSION_PARAM = "session"
+# The agent's working folder, as the installer writes it last in the URL (``?cwd=${PWD:-}``).
+CWD_PARAM = "cwd="
 # A session manager per request would log its start and its stop at INFO for every call.
 logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
 
@@ -69,6 +79,20 @@ def _asgi_scope(request: Request) -> dict[str, Any]:
 
 
 Headers = list[tuple[bytes, bytes]]
+
+
+def cwd_param(query_string: str) -> str:
+    """The ``cwd`` parameter of a query string, taken to the end of it: Claude Code expands
+    ``${PWD}`` into the URL as it is (only percent-encoding what a URL cannot hold), so a
+    folder name's ``&`` stays in the value. '' when there is none."""
+    if query_string.startswith(CWD_PARAM):
+        start = len(CWD_PARAM)
+    else:
+        found = query_string.find("&" + CWD_PARAM)
+        if found < 0:
+            return ""
+        start = found + 1 + len(CWD_PARAM)
+    return unquote(query_string[start:], errors="replace")
 
 
 async def _serve(scope: dict[str, Any], body: bytes) -> tuple[int, Headers, bytes]:
@@ -123,10 +147,22 @@ class McpApi(APIView):
         problem = identifier_problem(session_key) if session_key else ""
         if problem:
             return error_response("invalid", f"{SESSION_HEADER}: a session key {problem}", 400)
+        django = request._request
+        answer = handshake_answer(
+            content_type=django.META.get("CONTENT_TYPE", ""),
+            accept=request.headers.get("Accept", ""),
+            version=request.headers.get(PROTOCOL_HEADER, ""),
+            body=django.body,
+        )
+        if answer is not None:
+            status, message = answer
+            body = b"" if message is None else json.dumps(message, ensure_ascii=False).encode()
+            return HttpResponse(body, status=status, content_type="application/json")
         principal = McpPrincipal(
             owner=token.owner,
             scopes=frozenset(token.scopes),
             session_key=session_key,
+            cwd=cwd_param(django.META.get("QUERY_STRING", "")),
         )
         scope = _asgi_scope(request)
         with principal_bind(principal):
@@ -136,6 +172,12 @@ class McpApi(APIView):
             if name.lower() not in (b"content-length", b"transfer-encoding"):
                 response[name.decode("latin-1")] = value.decode("latin-1")
         return response
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # Claude Code opens the server-to-client stream with only text/event-stream accepted:
+        # it must get the 405 that says there is none, not a 406, on which it drops the
+        # connection while the tools are being listed.
+        return super().perform_content_negotiation(request, force=True)
 
     def get(self, request: Request) -> HttpResponse:
         # Stateless: there is no server-to-client stream to open.

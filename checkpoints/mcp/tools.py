@@ -44,31 +44,30 @@ def _require_scope(principal: McpPrincipal, scope: str) -> None:
 
 
 def _live_session_in(*, owner: User, cwd: str) -> Session | None:
-    """The owner's most recently active live session whose project holds ``cwd``."""
-    path = lexical_normalize(cwd)
-    if not path or not posixpath.isabs(path):
-        return None
-    ancestors = path_ancestors(path)
-    return (
-        Session.objects.filter(owner=owner, ended_at__isnull=True)
-        .filter(Q(project_normalized__in=ancestors) | Q(project__in=ancestors))
-        .order_by("-last_activity_at", "-id")
-        .first()
-    )
+    """The owner's most recently active live session whose project holds ``cwd`` (of any
+    project when ``cwd`` is '')."""
+    live = Session.objects.filter(owner=owner, ended_at__isnull=True)
+    if cwd:
+        path = lexical_normalize(cwd)
+        if not path or not posixpath.isabs(path):
+            return None
+        ancestors = path_ancestors(path)
+        live = live.filter(Q(project_normalized__in=ancestors) | Q(project__in=ancestors))
+    return live.order_by("-last_activity_at", "-id").first()
 
 
 def session_key_resolve(*, principal: McpPrincipal, session_key: str = "") -> str:
     """The key of the session a call is about, in order: the tool's ``session_key`` argument,
-    the transport's key, the live session whose project holds the stdio server's working
-    directory; '' when none is known."""
+    the transport's key, the live session whose project holds the agent's working directory
+    (the stdio server's, or the one Claude Code puts in the HTTP URL); and when the transport
+    knows no directory either (an agent started outside a shell), the owner's most recently
+    active live session, which the hooks of the turn making the call have just touched. ''
+    when none is known."""
     key = session_key.strip() or principal.session_key.strip()
     if key:
         return key
-    if principal.cwd:
-        found = _live_session_in(owner=principal.owner, cwd=principal.cwd)
-        if found is not None:
-            return found.session_key
-    return ""
+    found = _live_session_in(owner=principal.owner, cwd=principal.cwd)
+    return found.session_key if found is not None else ""
 
 
 def _problems(errors: Any, prefix: str = "") -> list[str]:

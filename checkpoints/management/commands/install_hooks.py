@@ -1,14 +1,15 @@
 """``manage.py install_hooks {claude-code,codex,gemini} [--url URL] [--settings-file PATH]
-[--token-env NAME] [--python PATH] [--with-mcp [--mcp-config PATH] [--claude-md PATH]]
+[--token-env NAME] [--python PATH] [--no-mcp] [--mcp-config PATH] [--claude-md PATH]
 [--uninstall]``: write Signet's hooks into the harness's settings (or take them out).
 
 The settings file defaults to the harness's own: ``~/.claude/settings.json``,
 ``~/.codex/hooks.json`` (``$CODEX_HOME/hooks.json`` when set) or ``~/.gemini/settings.json``.
 
-``--with-mcp`` also registers the stdio MCP server (``manage.py mcp_server``, run by the Python
-running this command) in Claude Code's user configuration (``~/.claude.json``) and writes the
-instructions that tell the agent when to use its tools into ``~/.claude/CLAUDE.md``. With
-``--uninstall``, ``--with-mcp`` takes those out too; ``--uninstall`` alone leaves them.
+For Claude Code it also registers the service's MCP endpoint (``--url`` + ``/mcp/``, an
+``http`` server with the token from ``$SIGNET_TOKEN``) in Claude Code's user configuration
+(``~/.claude.json``) and writes the instructions that tell the agent when to use its tools
+into ``~/.claude/CLAUDE.md``; ``--uninstall`` takes those out too. ``--no-mcp`` leaves both
+alone. (``--with-mcp``, from when this was an option, is still accepted.)
 
 A thin wrapper around ``hooks.install``; it touches no database. The file option is not
 ``--settings``: Django takes that one for every command (it sets DJANGO_SETTINGS_MODULE
@@ -17,6 +18,7 @@ before the command is even looked up).
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ from hooks.install_harnesses import (
 from hooks.install_openclaw import DEFAULT_OPENCLAW_CONFIG, install_openclaw, uninstall_openclaw
 from hooks.install_opencode import DEFAULT_OPENCODE_PLUGINS, install_opencode, uninstall_opencode
 from hooks.instructions import DEFAULT_CLAUDE_MD, instructions_install, instructions_uninstall
-from hooks.mcp_config import DEFAULT_CLAUDE_JSON, mcp_install, mcp_uninstall
+from hooks.mcp_config import DEFAULT_CLAUDE_JSON, mcp_install, mcp_server_entry, mcp_uninstall
 
 NAMES = {"claude-code": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 
@@ -80,13 +82,15 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
-            "--with-mcp",
+            "--no-mcp",
             action="store_true",
             help=(
-                "Also register Signet's stdio MCP server in --mcp-config and write its "
-                "instructions into --claude-md (with --uninstall: remove both)."
+                "claude-code: do not register the service's MCP endpoint in --mcp-config nor "
+                "write its instructions into --claude-md (nor remove them with --uninstall)."
             ),
         )
+        # The default now; kept so that an older command line still works.
+        parser.add_argument("--with-mcp", action="store_true", help=argparse.SUPPRESS)
         parser.add_argument(
             "--mcp-config",
             default=DEFAULT_CLAUDE_JSON,
@@ -105,7 +109,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--uninstall",
             action="store_true",
-            help="Remove Signet's hooks (and with --with-mcp its MCP server), keep the rest.",
+            help="Remove Signet's hooks (and its MCP server and instructions), keep the rest.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -140,13 +144,18 @@ class Command(BaseCommand):
                     token_env=options["token_env"],
                     interpreter=options["python"],
                 )
-            if options["with_mcp"]:
-                self._mcp(options)
         except InstallError as exc:
             raise CommandError(str(exc)) from exc
         self._report(
             result, uninstall=options["uninstall"], token_env=options["token_env"], harness=harness
         )
+        if harness == "claude-code" and not options["no_mcp"]:
+            try:
+                self._mcp(options)
+            except InstallError as exc:
+                # The hooks are in place and work without it: say so, and go on.
+                done = "removed" if options["uninstall"] else "registered"
+                self.stderr.write(f"Signet's MCP server was not {done}: {exc} (--no-mcp skips it).")
         if harness == "codex" and not options["uninstall"]:
             # Older Codex versions have no hooks, only the legacy notify program.
             argv = codex_notify_argv(
@@ -213,13 +222,16 @@ class Command(BaseCommand):
             if changed_md:
                 self.stdout.write(f"Removed Signet's instructions from {claude_md}")
         else:
-            result = mcp_install(config_path, token_env=options["token_env"])
+            result = mcp_install(config_path, url=options["url"], token_env=options["token_env"])
             changed_md = instructions_install(claude_md)
             if result.changed:
                 self.stdout.write(
                     self.style.SUCCESS(f"Registered Signet's MCP server in {result.settings_path}")
                 )
-                self.stdout.write(f"  runs: {result.interpreter} manage.py mcp_server")
+                entry = mcp_server_entry(url=options["url"], token_env=options["token_env"])
+                self.stdout.write(f"  url: {entry['url']}")
+                if result.removed:
+                    self.stdout.write("  replaced an earlier Signet entry")
             else:
                 self.stdout.write(f"Signet's MCP server in {result.settings_path} is up to date.")
             if changed_md:
@@ -256,7 +268,9 @@ class Command(BaseCommand):
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
         if not uninstall:
+            # session_digest, which the context-pressure reminders ask for, writes.
+            scopes = "ingest,read,write" if harness == "claude-code" else "ingest,read"
             self.stdout.write(
                 f"{NAMES[harness]} must see the token in its environment: export {token_env}=... "
-                "(create one with: python manage.py create_token --user NAME --scopes ingest,read)"
+                f"(create one with: python manage.py create_token --user NAME --scopes {scopes})"
             )

@@ -1,8 +1,10 @@
 """``manage.py mcp_server [--token-env NAME]``: Signet's MCP server over stdio.
 
-For a local agent (Claude Code starts it: ``install_hooks claude-code --with-mcp``). It talks
-to the database directly, as the owner of the token in ``$SIGNET_TOKEN``; without a valid
-token that has the ``read`` scope it does not start (the reason on stderr, exit status 1).
+For an agent on the service's own machine, started by hand in its MCP configuration
+(``install_hooks`` registers the service's HTTP endpoint instead, which works from any
+machine and opens no database there). It talks to the database directly, as the owner of
+the token in ``$SIGNET_TOKEN``; without a valid token that has the ``read`` scope it does
+not start (the reason on stderr, exit status 1).
 ``session_digest`` also needs ``write``, checked when it is called.
 
 The current session is ``$SIGNET_SESSION_KEY`` when set, else the owner's most recently

@@ -1,0 +1,155 @@
+"""The MCP handshake answered without the SDK: ``initialize``, ``notifications/initialized``,
+the lists a client asks for next (``tools/list``, and ``prompts/list``, ``resources/list``,
+``resources/templates/list``, which Claude Code asks for too since the server announces
+them, empty) and ``ping``, from a snapshot of what the SDK itself answers.
+
+Claude Code connects its MCP servers when a session starts, and in ``-p`` mode without
+waiting for them: a server that has not answered ``initialize`` and ``tools/list`` by the
+time the first request goes to the model is missing from that request's tools. Through the
+SDK, the first MCP request a web server process gets pays for importing it (seconds on a
+busy machine), and every request for a session manager, an event loop and a task group. The
+handshake's answers depend on nothing but the tools' signatures and the SDK's version, so
+they are recorded once, by the SDK (``handshake_record``), into ``handshake.json`` beside
+this file, and served from there; the test suite checks the file against the SDK's live
+answers for every handshake protocol version, and tells how to write it again
+(``python -m checkpoints.mcp.handshake``) when a tool or the SDK changed.
+
+Only a well-formed single message, with the headers the SDK asks for and a protocol version
+the snapshot knows, is answered here; anything else (a batch, a cursor, another version,
+a tool call) goes to the SDK, which answers or refuses it as before. Free of the SDK: the
+URL configuration imports this.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+SNAPSHOT = Path(__file__).with_name("handshake.json")
+PROTOCOL_HEADER = "mcp-protocol-version"
+JSON = "application/json"
+LISTS = ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
+
+# (status, body or None for an empty 202)
+Answer = tuple[int, dict[str, Any] | None]
+
+
+@cache
+def handshake_snapshot() -> dict[str, Any]:
+    """The recorded answers: ``versions``, the ``initialize`` result without its
+    ``protocolVersion``, and the result of each of ``LISTS``."""
+    snapshot: dict[str, Any] = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    return snapshot
+
+
+def _accepts_json(accept: str) -> bool:
+    # The SDK's own test, wildcards included.
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return bool(types & {JSON, "application/*", "*/*"})
+
+
+def handshake_answer(*, content_type: str, accept: str, version: str, body: bytes) -> Answer | None:
+    """The answer to one handshake message, or None when the SDK must answer it.
+
+    ``version`` is the ``MCP-Protocol-Version`` header ('' when absent)."""
+    if content_type.split(";")[0].strip().lower() != JSON or not _accepts_json(accept):
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return None
+    method, params = message.get("method"), message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return None
+    snapshot = handshake_snapshot()
+    versions: list[str] = snapshot["versions"]
+    if version and version not in versions:
+        return None
+    if "id" not in message:
+        # The SDK takes any notification with 202 and nothing more to say.
+        return (202, None) if method == "notifications/initialized" else None
+    request_id = message["id"]
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    params = params or {}
+    result: dict[str, Any]
+    if method == "initialize":
+        offered = params.get("protocolVersion")
+        if offered not in versions or not isinstance(params.get("clientInfo"), dict):
+            return None
+        result = {"protocolVersion": offered, **snapshot["initialize"]}
+    elif method in LISTS and not set(params) - {"_meta"}:
+        result = snapshot[method]
+    elif method == "ping" and not set(params) - {"_meta"}:
+        result = {}
+    else:
+        return None
+    return 200, {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def handshake_record() -> dict[str, Any]:
+    """Ask the SDK, through the HTTP view's own bridge, for its handshake answers under each
+    protocol version it negotiates by ``initialize``; the snapshot to write. ValueError when
+    they differ between versions (other than the version itself): the snapshot holds one."""
+    from asgiref.sync import async_to_sync
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    from checkpoints.mcp.http import _serve
+
+    def ask(message: dict[str, Any], version: str) -> dict[str, Any]:
+        headers = [(b"content-type", JSON.encode()), (b"accept", JSON.encode())]
+        if version:
+            headers.append((PROTOCOL_HEADER.encode(), version.encode()))
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": "/mcp/", "raw_path": b"/mcp/",
+            "query_string": b"", "root_path": "", "headers": headers,
+            "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 0),
+        }  # fmt: skip
+        status, _, body = async_to_sync(_serve)(scope, json.dumps(message).encode())
+        if status != 200:
+            raise ValueError(f"the SDK answered {message['method']} with {status}: {body!r}")
+        result: dict[str, Any] = json.loads(body)["result"]
+        return result
+
+    recorded: dict[str, Any] | None = None
+    for version in HANDSHAKE_PROTOCOL_VERSIONS:
+        client = {"name": "signet-handshake", "version": "1"}
+        params = {"protocolVersion": version, "capabilities": {}, "clientInfo": client}
+        answers = {
+            "initialize": ask(
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}, ""
+            )
+        }
+        if answers["initialize"].pop("protocolVersion") != version:
+            raise ValueError(f"the SDK does not echo protocol version {version}")
+        for method in LISTS:
+            answers[method] = ask({"jsonrpc": "2.0", "id": 2, "method": method}, version)
+        if recorded is not None and answers != recorded:
+            raise ValueError(f"the handshake differs under protocol version {version}")
+        recorded = answers
+    assert recorded is not None
+    for method in LISTS:
+        if recorded[method] != ask({"jsonrpc": "2.0", "id": 3, "method": method}, ""):
+            raise ValueError(f"{method} differs without a protocol version header")
+    return {"versions": list(HANDSHAKE_PROTOCOL_VERSIONS), **recorded}
+
+
+def handshake_write() -> None:
+    """Record the handshake with the SDK and write it to ``SNAPSHOT``."""
+    text = json.dumps(handshake_record(), indent=1, ensure_ascii=False, sort_keys=True)
+    SNAPSHOT.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":  # python -m checkpoints.mcp.handshake
+    import os
+
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signet_site.settings")
+    django.setup()
+    handshake_write()
