@@ -406,6 +406,15 @@ def test_creating_a_token_shows_it_once_and_stores_only_its_hash(owner):
     assert "Ingest (hooks), Read" in again
 
 
+def test_the_suggested_token_may_write_the_agents_digests(owner):
+    """The install registers the MCP server, whose session_digest (which the pressure
+    reminders ask for) needs write: the form proposes every scope Claude Code uses."""
+    page = logged_in(owner).get(reverse("tokens")).content.decode()
+    checked = re.findall(r'<input type="checkbox" name="scopes" value="(\w+)"[^>]*checked', page)
+    assert sorted(checked) == ["ingest", "read", "write"]
+    assert ".venv/bin/python manage.py install_hooks claude-code --url http://testserver" in page
+
+
 def test_a_token_form_without_scopes_is_refused(owner):
     response = logged_in(owner).post(reverse("tokens"), {"name": "x"})
     assert response.status_code == 400

@@ -23,16 +23,20 @@ class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, initial="laptop", help_text="To recognise it by.")
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices,
-        initial=[Scope.INGEST, Scope.READ],
+        initial=[Scope.INGEST, Scope.READ, Scope.WRITE],
         widget=forms.CheckboxSelectMultiple,
-        help_text="Hooks need ingest; reading checkpoints back (MCP, API) needs read.",
+        help_text=(
+            "Claude Code needs all three: ingest for the hooks, read for the MCP tools, and "
+            "write for the agent's own checkpoints (session_digest)."
+        ),
     )
 
 
 def install_command(request: HttpRequest) -> str:
-    """The command that installs the Claude Code hooks pointing at this server."""
+    """The command that installs the Claude Code hooks and MCP server pointing at this
+    server, as the README gives it: run from a checkout, with its virtualenv's Python."""
     url = request.build_absolute_uri("/").rstrip("/")
-    return f"python manage.py install_hooks claude-code --url {shlex.quote(url)}"
+    return f".venv/bin/python manage.py install_hooks claude-code --url {shlex.quote(url)}"
 
 
 def _user(request: HttpRequest) -> User:
