@@ -145,13 +145,13 @@ class ClaudeCode:
                 messages.append(json.loads(line))
         return Run(done.returncode, messages, done.stderr, seconds)
 
-    def install_hooks(self, url: str, *extra: str) -> str:
+    def install_hooks(self, url: str, *extra: str, env: dict[str, str] | None = None) -> str:
         """``manage.py install_hooks claude-code --url URL`` as the README gives it, in this
-        HOME; its output."""
+        HOME (and ``env``); its output."""
         done = subprocess.run(
             [sys.executable, "manage.py", "install_hooks", "claude-code", "--url", url, *extra],
-            cwd=PROJECT_DIR, env={**os.environ, "HOME": str(self.home)}, capture_output=True,
-            text=True, timeout=60, check=False,
+            cwd=PROJECT_DIR, env={**os.environ, "HOME": str(self.home), **(env or {})},
+            capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
