@@ -106,6 +106,8 @@ def event_handle(*, owner: User, event: Event, idempotency_key: str = "") -> Out
     An event the client's outbox held (``event.queued_at``) is applied as of when it
     happened: it counts and records its facts, but never injects, never reopens an ended
     session, never moves the last activity back, and leaves the compaction cycle alone.
+    What a client found in the transcript (``event.backlog``: what the harness posted
+    itself, or should have) is applied first, each part once (``backlog.py``).
     """
     config = config_get()
     if not config.enabled:
@@ -175,7 +177,7 @@ def _apply(
     step = HANDLERS[event.kind](session, event, config, now, content)
     # Remembered, so that a client's backlog does not apply it again. (Applied whatever
     # is remembered: the harness posts it once, before a client can find it.)
-    digest = delivery_digest(event)
+    digest = delivery_digest(event=event)
     if digest:
         delivery_record(session=session, digest=digest, happened_at=now)
     step.newly_pending = step.newly_pending or usage_marked or backlog_marked

@@ -43,7 +43,7 @@ DELIVERED_KEEP = 48
 _REMEMBERED = {EventKind.PROMPT: "p", EventKind.POST_COMPACT: "c"}
 
 
-def delivery_digest(event: Event) -> str:
+def delivery_digest(*, event: Event) -> str:
     """The digest ``Session.delivered_keys`` keeps of ``event``'s key ('' when it keeps
     none): short, so that the row a prompt writes back stays small."""
     letter = _REMEMBERED.get(event.kind)
@@ -101,7 +101,7 @@ def backlog_apply(
                 session.modified_files = [*session.modified_files, *files][-MAX_FILES:]
                 changed = True
             continue
-        digest = delivery_digest(event)
+        digest = delivery_digest(event=event)
         if not digest or delivery_seen(session=session, digest=digest):
             continue
         if event.kind is EventKind.PROMPT:
