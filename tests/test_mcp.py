@@ -327,6 +327,16 @@ def test_the_handshake_is_answered_without_the_sdk(owner, make_token, monkeypatc
     assert listed.json()["id"] == 1
 
 
+def test_a_server_process_loads_the_mcp_view_before_its_first_request(tmp_path):
+    """A process's first request used to import the whole URLconf (every view, DRF) first."""
+    probe = "import sys, signet_site.wsgi; print('checkpoints.mcp.http' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=PROJECT_DIR, env=service_env(tmp_path, free_port()),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     ("query", "cwd"),
     [
