@@ -66,3 +66,36 @@ def test_the_model_never_holds_more_than_one_recovery_block(claude, model_api):
     assert len(counts) > after_compaction
     assert max(counts) <= 1, counts
     assert counts[after_compaction] == 1, counts
+
+
+def test_a_new_session_recovers_the_substantive_session_not_a_later_ping(claude, model_api):
+    """A session of several prompts and edits, then a one-prompt ``ping`` session: the next
+    new session is handed the substantive one, and the context names it."""
+    vat = claude.project / "vat.py"
+    steps = ["RATE = 20\n", "RATE = 20\nROUND = 2\n", "RATE = 20\nROUND = 2\nPER_LINE = True\n"]
+    work = ""
+    for number, content in enumerate(steps):
+        model_api.script.append([text("Editing."), tool_use("Write", {
+            "file_path": str(vat), "content": content,
+        })])  # fmt: skip
+        model_api.script.append([text(f"Step {number} done.")])
+        args = ("--resume", work) if work else ()
+        run = claude.run(f"VAT step {number}: round per invoice line", *args)
+        assert run.returncode == 0, run.stderr
+        work = run.session_id
+    ping = claude.run("ping")
+    assert ping.returncode == 0, ping.stderr
+    assert ping.session_id != work
+    before = len(model_api.requests)
+
+    fresh = claude.run("What was I doing?")
+
+    assert fresh.returncode == 0, fresh.stderr
+    assert fresh.session_id not in (work, ping.session_id)
+    first = ModelAPI.request_text(model_api.requests[before]["body"])
+    assert first.count(HEADER) == 1
+    block = first[first.index(HEADER) :]
+    assert f"earlier session in this project (`{work}`)" in block
+    assert ping.session_id not in block
+    assert "VAT step 2: round per invoice line" in block
+    assert Session.objects.get(session_key=work).prompt_count == 3

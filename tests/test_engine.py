@@ -149,7 +149,7 @@ def test_new_session_in_the_same_project_recovers_within_the_window_only(hook, c
     clock.advance(hours=3)
     inside = send(hook, payload("session_start_startup", session_id="new-session"))
     context = context_of(inside)
-    assert "latest session in this project" in context
+    assert "checkpoint of an earlier session in this project (`old-session`)" in context
     assert "Ship the invoice export" in context
     assert Injection.objects.get().match == "project"
 
@@ -481,3 +481,60 @@ def test_a_start_that_does_not_keep_the_conversation_still_recovers(hook):
     send(hook, payload("session_end"))
     context = context_of(send(hook, payload("session_start_startup")))
     assert "Add VAT to the invoice PDF" in context
+
+
+# --- which session of the project a new one recovers from --------------------------------------
+
+
+def test_a_new_session_recovers_the_substantive_session_not_a_later_ping(hook, clock):
+    for number, text in enumerate(["Add VAT to the invoice PDF", "Round the VAT per line"]):
+        prompt(hook, text, session="vat-work")
+        clock.advance(minutes=1 + number)
+    send(hook, payload("post_tool_use_edit", session_id="vat-work"))
+    send(hook, payload("session_end", session_id="vat-work"))
+    clock.advance(minutes=5)
+    prompt(hook, "ping", session="ping")
+    send(hook, payload("session_end", session_id="ping"))
+    clock.advance(minutes=5)
+
+    context = context_of(send(hook, payload("session_start_startup", session_id="next")))
+
+    assert "of an earlier session in this project (`vat-work`)" in context
+    assert "Round the VAT per line" in context
+    assert "ping" not in context.split("\n", 2)[2]
+    assert "Chosen over 1 newer checkpoint of this project with less work in them." in context
+    injection = Injection.objects.get(session__session_key="next")
+    assert injection.checkpoint.session_key == "vat-work"
+
+
+def test_with_no_substantive_session_the_newest_is_recovered(hook, clock):
+    prompt(hook, "hello", session="first")
+    send(hook, payload("session_end", session_id="first"))
+    clock.advance(minutes=5)
+    prompt(hook, "ping", session="second")
+    send(hook, payload("session_end", session_id="second"))
+    clock.advance(minutes=5)
+
+    context = context_of(send(hook, payload("session_start_startup", session_id="next")))
+
+    assert "(`second`)" in context
+    assert "Chosen over" not in context
+
+
+def test_an_agents_digest_is_substance_enough(hook, clock, client_for, owner):
+    prompt(hook, "Plan the VAT work", session="planned")
+    writer = client_for(owner, "write")
+    created = writer.post(
+        "/api/checkpoints/",
+        {"session_key": "planned", "digest": "Plan: VAT per line, then the PDF."},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    clock.advance(minutes=5)
+    prompt(hook, "ping", session="ping")
+    send(hook, payload("session_end", session_id="ping"))
+    clock.advance(minutes=5)
+
+    context = context_of(send(hook, payload("session_start_startup", session_id="next")))
+
+    assert "(`planned`)" in context

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from checkpoints.ids import uuid7
 from checkpoints.models import ApiToken, Checkpoint, ContinuityConfig, Session
+from checkpoints.services import recovery
 from checkpoints.services.pending import pending_due_sessions
 from checkpoints.services.tokens import token_create, token_revoke
 from tests.factories import CheckpointFactory, SessionFactory
@@ -196,3 +197,28 @@ def test_a_cwd_only_session_finds_its_known_git_root_through_an_index(owner):
     known = Session.objects.filter(owner=owner, git_root__in=["/src/p1/app", "/src/p1"])
     plan = _plan(known.values_list("git_root", flat=True).distinct())
     assert "session_owner_git_root" in plan
+
+
+def test_the_project_look_up_as_recovery_runs_it_walks_its_index_without_sorting(owner):
+    """The statement ``recovery_find_project`` runs (its newest few candidates, the session's
+    summary joined in): the project index, newest first, no sort and no scan of the table."""
+    for _ in range(3):
+        CheckpointFactory(
+            owner=owner, session=SessionFactory(owner=owner, project_normalized="/src/p1")
+        )
+    statement = recovery._newest_statement("default", recovery._PROJECT)
+    since = Checkpoint._meta.get_field("created_at").get_db_prep_value(
+        timezone.now() - timedelta(days=7), connection
+    )
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_sort = off")
+            cursor.execute(f"EXPLAIN {statement.sql}", [owner.pk, since, "/src/p1", "k"])
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {statement.sql}", [owner.pk, since, "/src/p1", "k"])
+        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+    assert "checkpoint_project_recent" in plan
+    assert "TEMP B-TREE" not in plan  # SQLite's sort
+    assert "Sort" not in plan  # PostgreSQL's
+    assert f"LIMIT {recovery.PROJECT_CANDIDATES}" in statement.sql

@@ -137,7 +137,7 @@ def test_a_new_session_gets_the_previous_ones_compaction_summary(hook, clock):
     send(hook, payload("session_end"))
     clock.advance(minutes=5)
     context = context_of(send(hook, payload("session_start_startup", session_id="next")))
-    assert "checkpoint of the latest session in this project" in context
+    assert "checkpoint of an earlier session in this project (`3f2b8c1e-" in context
     assert "### Compaction summary\n> The user asked for rate limiting on POST /api/login." in (
         context
     )

@@ -4,7 +4,7 @@ the ``## Session Recovery Context`` within its budget.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
@@ -21,6 +21,7 @@ from checkpoints.models import (
     ContinuityConfig,
     Injection,
     Session,
+    Trigger,
 )
 from checkpoints.services.redaction import redact
 from checkpoints.services.statements import (
@@ -38,6 +39,10 @@ ITEM_CHARS = 400
 PROMPT_CHARS = 300
 QUOTE_CHARS = 300
 MAX_QUOTED_LINES = 40  # never more candidate lines of a message or summary than this
+# A session in the project is chosen by substance as well as by time: the newest of the
+# project's newest checkpoints that shows work (``substantive``), else the newest of them.
+PROJECT_CANDIDATES = 20
+SUBSTANTIVE_PROMPTS = 2
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class RecoveryMatch:
     # The harness's compaction summary of the checkpoint's session, for another session
     # recovering from it (a "session" match's agent already has it in its conversation).
     compact_summary: str = ""
+    # Newer checkpoints of the project passed over for having less in them ("project").
+    passed_over: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,10 @@ def recovery_find(
     latest: Checkpoint | None = None,
 ) -> RecoveryMatch | None:
     """The checkpoint to recover from, in order: this session's own latest (no time window:
-    this is what survives ``/compact``), the explicit predecessor's latest, then the latest of
-    the same project within the recovery window. None when there is nothing to recover.
+    this is what survives ``/compact``), the explicit predecessor's latest, then a recent one
+    of the same project, chosen by substance as well as by time (``recovery_find_project``),
+    so a throwaway session (one ``ping``) does not become the project's memory. None when
+    there is nothing to recover.
     ``latest`` is the session's own latest when the event recovering writes one, built and
     not saved yet (its transaction saves it before the injection that refers to it).
 
@@ -79,26 +88,67 @@ def recovery_find(
     # time-ordered ids, the later written first.
     if latest is not None:
         return RecoveryMatch(latest, "session")
-    own = None if session.created_now else _newest(_OWN, owner.pk, session.session_key)
+    own = None if session.created_now else next(_newest(_OWN, owner.pk, session.session_key), None)
     if own is not None:
         return RecoveryMatch(own[0], "session")
     previous_key = previous_session_key or (
         session.previous_session.session_key if session.previous_session is not None else ""
     )
     if previous_key:
-        previous = _newest(_LINEAGE, owner.pk, previous_key)
+        previous = next(_newest(_LINEAGE, owner.pk, previous_key), None)
         if previous is not None:
             return RecoveryMatch(previous[0], "lineage", previous[1])
     if session.project_normalized:
-        since = now - config.recovery_window
-        recent = _newest(_PROJECT, owner.pk, since, session.project_normalized, session.session_key)
-        if recent is not None:
-            return RecoveryMatch(recent[0], "project", recent[1])
+        return recovery_find_project(
+            owner=owner,
+            project=session.project_normalized,
+            config=config,
+            now=now,
+            excluded_session_key=session.session_key,
+        )
     return None
 
 
+def recovery_find_project(
+    *,
+    owner: User,
+    project: str,
+    config: ContinuityConfig,
+    now: datetime,
+    excluded_session_key: str = "",
+) -> RecoveryMatch | None:
+    """The checkpoint a new session in ``project`` recovers from (not one of the session
+    ``excluded_session_key``): of the project's ``PROJECT_CANDIDATES`` newest within the
+    recovery window, the newest that shows work (``substantive``), else the newest."""
+    since = now - config.recovery_window
+    candidates = _newest(_PROJECT, owner.pk, since, project, excluded_session_key)
+    chosen, passed_over = None, 0
+    for number, (checkpoint, summary) in enumerate(candidates):
+        if chosen is None:
+            chosen = (checkpoint, summary)
+        if substantive(checkpoint):
+            chosen, passed_over = (checkpoint, summary), number
+            break
+    if chosen is None:
+        return None
+    return RecoveryMatch(chosen[0], "project", chosen[1], passed_over=passed_over)
+
+
+def substantive(checkpoint: Checkpoint) -> bool:
+    """Whether ``checkpoint`` shows work worth carrying into another session: prompts, edited
+    files, steps or decisions, or a digest the agent (or a client) wrote itself."""
+    return bool(
+        checkpoint.prompt_count >= SUBSTANTIVE_PROMPTS
+        or checkpoint.modified_files
+        or checkpoint.next_steps
+        or checkpoint.decisions
+        or checkpoint.trigger in (Trigger.AGENT, Trigger.EXPLICIT)
+    )
+
+
 # --- recovery_find's look-ups, built once ---------------------------------------------------
-# Each is the owner's newest checkpoint that matches, every column of it, and for another
+# Each is the owner's newest checkpoint that matches (the project's: its newest few), every
+# column of it, and for another
 # session's checkpoint that session's compaction summary (a join on its primary key); the
 # SQL is the ORM's for the same filters, and the same indexes serve it (``Checkpoint.Meta``,
 # ``bench/recovery_scale.py``). Built once per database: the ORM compiled the join and its
@@ -142,17 +192,18 @@ def _newest_statement(alias: str, which: str) -> Statement:
         sql=(
             f"SELECT {', '.join(selected)} FROM {table}{joined} "  # noqa: S608
             f"WHERE ({' AND '.join(where)}) "
-            f"ORDER BY {column('created_at')} DESC, {column('id')} DESC LIMIT 1"
+            f"ORDER BY {column('created_at')} DESC, {column('id')} DESC "
+            f"LIMIT {PROJECT_CANDIDATES if which == _PROJECT else 1}"
         ),
         returns_rows=True,
     )
 
 
-def _newest(which: str, *params: Any) -> tuple[Checkpoint, str] | None:
-    """The newest checkpoint the ``which`` look-up finds with ``params`` (in the order its
-    comment names them; a time is prepared as the ORM prepares one for the column), loaded
-    as the ORM loads one, and its session's compaction summary ('' for ``_OWN``); None when
-    there is none."""
+def _newest(which: str, *params: Any) -> Iterator[tuple[Checkpoint, str]]:
+    """The newest checkpoints the ``which`` look-up finds with ``params`` (in the order its
+    comment names them; a time is prepared as the ORM prepares one for the column), newest
+    first, each loaded as the ORM loads one when the caller gets to it, with its session's
+    compaction summary ('' for ``_OWN``)."""
     alias = router.db_for_read(Checkpoint) or "default"
     connection = connections[alias]
     prepared = [
@@ -163,13 +214,12 @@ def _newest(which: str, *params: Any) -> tuple[Checkpoint, str] | None:
     ]
     statement = _newest_statement(alias, which)
     rows = statement_run(statement=statement, params=prepared, connection=connection).rows
-    if not rows:
-        return None
     fields = _columns()
-    values = statement_values(connection=connection, fields=fields, row=rows[0][: len(fields)])
-    checkpoint = Checkpoint.from_db(alias, list(values), list(values.values()))
-    summary = rows[0][len(fields)] if which != _OWN else ""
-    return checkpoint, summary or ""
+    for row in rows:
+        values = statement_values(connection=connection, fields=fields, row=row[: len(fields)])
+        checkpoint = Checkpoint.from_db(alias, list(values), list(values.values()))
+        summary = row[len(fields)] if which != _OWN else ""
+        yield checkpoint, summary or ""
 
 
 def _age(delta: timedelta) -> str:
@@ -320,13 +370,14 @@ class _Frame:
 
 
 def _frames(
-    *, checkpoint: Checkpoint, match: str, now: datetime, current_branch: str
+    *, checkpoint: Checkpoint, match: str, now: datetime, current_branch: str, passed_over: int
 ) -> list[_Frame]:
     """The frames from the fullest to the tersest: a small budget goes to the task, not to
-    saying where the context came from."""
+    saying where the context came from. Another session's checkpoint names that session in
+    every frame but the tersest."""
     trigger = checkpoint.get_trigger_display().lower()
     where = {"session": "this session", "lineage": "the session this one continues"}.get(
-        match, "the latest session in this project"
+        match, "an earlier session in this project"
     )
     key = redact(checkpoint.session_key)
     age = _age(now - checkpoint.created_at)
@@ -337,7 +388,13 @@ def _frames(
         f"(`{_shorten(key, KEY_SHOWN_CHARS)}`), taken {age} "
         f"after {count} prompt{'' if count == 1 else 's'}.",
     ]
-    short = [HEADER, f"From {_article(trigger)} {trigger} checkpoint of {where}, {age}."]
+    named_key = "" if match == "session" else f" (`{_shorten(key, 16)}`)"
+    short = [HEADER, f"From {_article(trigger)} {trigger} checkpoint of {where}{named_key}, {age}."]
+    if passed_over:
+        full.append(
+            f"Chosen over {passed_over} newer checkpoint{'' if passed_over == 1 else 's'} "
+            "of this project with less work in them."
+        )
     if current_branch and checkpoint.git_branch and current_branch != checkpoint.git_branch:
         full.append(
             f"Warning: that checkpoint was taken on branch `{checkpoint.git_branch}`; "
@@ -470,6 +527,7 @@ def recovery_render(
     current_branch: str = "",
     budget: int | None = None,
     compact_summary: str = "",
+    passed_over: int = 0,
 ) -> RecoveryContext:
     """Render the recovery context for ``checkpoint`` in at most ``budget`` characters.
 
@@ -493,7 +551,13 @@ def recovery_render(
     wanted_task = (
         min(len(sections[0].lines[0]), task_cap) if sections and sections[0].title == TASK else 0
     )
-    frames = _frames(checkpoint=checkpoint, match=match, now=now, current_branch=current_branch)
+    frames = _frames(
+        checkpoint=checkpoint,
+        match=match,
+        now=now,
+        current_branch=current_branch,
+        passed_over=passed_over,
+    )
     for frame in frames:
         fit = _Fit(frame, sections)
         fit.place_task(limit, task_cap)
@@ -547,6 +611,7 @@ def recovery_prepare(
         current_branch=session.git_branch,
         budget=budget,
         compact_summary=match.compact_summary,
+        passed_over=match.passed_over,
     )
     return match, context
 
