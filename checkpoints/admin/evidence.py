@@ -129,6 +129,7 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
                     "token_checkpoints_marked",
                     "pressure_reminder_prompt",
                     "ignored_event_count",
+                    "delivered_keys",
                     "row_version",
                 ],
             },
