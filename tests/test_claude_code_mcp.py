@@ -34,12 +34,14 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 def test_the_agent_writes_its_digest_through_the_services_mcp_endpoint(
     claude, model_api, hook_service, tmp_path
 ):
-    # The installer's checkout has a data folder of its own (an empty one here): what it
-    # registers must not open it, nor any database on the agent's machine.
+    # The installer's checkout has a data folder of its own (an empty one here), not the
+    # service's: what it registers runs nothing on this machine (an older install's stdio
+    # server opened the checkout's database and crashed), and no database appears there.
     installer_data = tmp_path / "installer-data"
     claude.install_hooks(hook_service.url, env={"SIGNET_DATA_DIR": str(installer_data)})
     registered = json.loads((claude.home / ".claude.json").read_text())["mcpServers"]["signet"]
     assert registered["type"] == "http"
+    assert "command" not in registered
     assert registered["url"].startswith(f"{hook_service.url}/mcp/")
     assert claude.env["SIGNET_TOKEN"] not in (claude.home / ".claude.json").read_text()
     claude.env["PWD"] = str(claude.project)  # as the shell that starts Claude Code exports it
@@ -67,3 +69,8 @@ def test_the_agent_writes_its_digest_through_the_services_mcp_endpoint(
     assert checkpoint.decisions == DIGEST["decisions"]
     assert checkpoint.next_steps == DIGEST["next_steps"]
     assert not list(installer_data.glob("*.sqlite3*"))
+    # Claude Code expanded ${SIGNET_TOKEN} when it connected; it wrote the value nowhere.
+    token = claude.env["SIGNET_TOKEN"].encode()
+    written = [path for path in claude.home.rglob("*") if path.is_file()]
+    assert written
+    assert [path for path in written if token in path.read_bytes()] == []
