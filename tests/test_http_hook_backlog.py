@@ -353,3 +353,17 @@ def test_the_cursor_moves_when_the_event_is_delivered_or_its_payload_refused(
     assert sent[0] is None
     assert sent[1] is not None
     assert (sent[2] is None) is kept
+
+
+def test_a_transcript_path_that_is_not_a_file_is_not_read(tmp_path):
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+
+    found = transcript_sync.sync_collect(
+        {"session_id": SESSION, "transcript_path": str(fifo)},
+        state_dir=str(tmp_path / "sync"),
+        loads=json.loads,
+        dumps=json.dumps,
+    )
+
+    assert found is None

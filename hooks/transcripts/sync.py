@@ -22,6 +22,7 @@ Standard library, and only what the hook has loaded: it runs at every Stop.
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from .claude_code import ARTIFACT_PREFIXES, EDIT_TOOLS, MAX_PATH_CHARS, _text_of
@@ -100,9 +101,13 @@ def sync_collect(
     state_path = os.path.join(state_dir, f"{session_id}.json")
     state = _state_read(state_path, loads)
     try:
-        size = os.stat(path).st_size
+        info = os.stat(path)
     except (OSError, ValueError):
         size = 0  # not written yet: what it will hold is ours to send
+    else:
+        if not stat.S_ISREG(info.st_mode):
+            return None  # a FIFO would block the read
+        size = info.st_size
     offset = state.get("offset") if state is not None else None
     if state is None or state.get("transcript") != path or not isinstance(offset, int):
         if state is None:
