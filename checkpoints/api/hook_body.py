@@ -34,10 +34,10 @@ _TOKEN = re.compile(
     rb"|(?P<open>[\[{])|(?P<close>[\]}])"
 )
 # A string is read in pieces of about ``_STRING_STEP`` bytes by the ``json`` module, each
-# piece decoded as Latin-1 (one character a byte: the scanner's positions
-# are the buffer's; UTF-8 is checked apart). A piece ends after a character that is followed
-# by a backslash, or after six without one, so no escape is ever cut in two, and a quote
-# added at its end closes the string there unless the string closed before.
+# piece decoded as Latin-1 (a character a byte, so the decoder's positions are the buffer's;
+# UTF-8 is checked apart). A piece ends after a character followed by a backslash, or after
+# six without one, so no escape is ever cut in two; a quote added at its end closes the
+# string there, unless the string closed before it.
 _STRING_STEP = 1024 * 1024
 _DECODER = json.JSONDecoder()
 _PIECE_END = re.compile(rb"[^\\](?=\\)|[^\\]{6}")
@@ -73,7 +73,11 @@ def payload_load(buffer: bytes | bytearray, *, skips: PayloadSkips, whole_within
     as usual. NULs and lone surrogates pass, as ``json_load(storable_only=False)`` lets them.
     """
     if len(buffer) <= whole_within or not skips:
-        return json_load(bytes(buffer), storable_only=False)
+        try:
+            text = str(buffer, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"The body is not valid JSON: it is not UTF-8 ({exc}).") from None
+        return json_load(text, storable_only=False)
     _utf8_check(buffer)
     return _Sparse(buffer, skips).top()
 
