@@ -108,6 +108,10 @@ class Session(models.Model):
     compaction_recovered = models.BooleanField(default=False)
     compact_summary = models.TextField(blank=True)
     last_assistant_message = models.TextField(blank=True)
+    # The agent's own task list, as its client last read it (``signet.tasks``): the task in
+    # progress and the pending ones; a checkpoint that brings none of its own takes these.
+    current_task = models.TextField(blank=True)
+    next_steps = models.JSONField(default=_empty_list, blank=True)
     # Set when the agent lost its context (compaction) or its first prompt came without a
     # SessionStart; the next event that can inject hands it the recovery context.
     recovery_due = models.BooleanField(default=False)
@@ -465,8 +469,9 @@ class ContinuityConfig(models.Model):
     context_window_1m = models.PositiveIntegerField(
         default=1_000_000,
         validators=[MinValueValidator(1000)],
-        help_text="Context window of a model whose name contains [1m], or of a session "
-        "that reported more tokens than the default window holds.",
+        help_text="Context window of a model its harness runs with the long window (Claude "
+        "Code: a [1m] model, or one with a native 1M window), or of a session that reported "
+        "more tokens than the default window holds.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 

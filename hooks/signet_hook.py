@@ -501,9 +501,13 @@ def transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if __package__:  # imported as hooks.signet_hook (the tests, the installer's checks)
         from .transcripts.claude_code import read_transcript
+        from .transcripts.tasks import task_list_dir
     else:  # the installed command: this file's folder is on sys.path, not its parent
         from transcripts.claude_code import read_transcript  # type: ignore[import-not-found,no-redef]
-    facts = read_transcript(path, loads=_loads)
+        from transcripts.tasks import task_list_dir  # type: ignore[import-not-found,no-redef]
+    session_id = payload.get("session_id")
+    tasks_dir = task_list_dir(session_id) if isinstance(session_id, str) and session_id else None
+    facts = read_transcript(path, loads=_loads, tasks_dir=tasks_dir)
     return None if facts is None else facts.as_payload()
 
 
@@ -511,17 +515,43 @@ def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     """``{"context_tokens": N, "model": "..."}`` of the last response in the payload's Claude
     Code transcript, or None: sent as ``signet.usage`` so the server can remind the agent of
     its context pressure. Only Stop sends it; it runs after every turn, so only the last
-    256 KiB are read, and only the lines that can hold a usage are parsed.
+    256 KiB are read, and only the lines that can hold a usage are parsed. Stop often runs
+    before Claude Code has written the turn's last response: it waits for it, briefly
+    (``read_usage_after``), which the readers after it profit from too.
     """
     path = payload.get("transcript_path")
     if payload.get("hook_event_name") != "Stop" or not isinstance(path, str) or not path:
         return None
     # The light module: the full reader's imports would cost more than the request.
     if __package__:
-        from .transcripts.usage import read_usage
+        from .transcripts.usage import read_usage_after
     else:
-        from transcripts.usage import read_usage  # type: ignore[import-not-found,no-redef]
-    return read_usage(path, loads=_loads)
+        from transcripts.usage import read_usage_after  # type: ignore[import-not-found,no-redef]
+    response, prompt_id = payload.get("last_assistant_message"), payload.get("prompt_id")
+    return read_usage_after(
+        path,
+        response=response if isinstance(response, str) else "",
+        prompt_id=prompt_id if isinstance(prompt_id, str) else "",
+        loads=_loads,
+    )
+
+
+def tasks_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"current_task": ..., "todos": [...]}``: the session's task list as Claude Code keeps
+    it in its task files (``transcripts/tasks.py``), sent with Stop as ``signet.tasks`` so
+    that the periodic checkpoints know the task in progress; None when the session has no
+    task list (no Task tool used yet, or ``TodoWrite`` instead)."""
+    session_id = payload.get("session_id")
+    if payload.get("hook_event_name") != "Stop" or not isinstance(session_id, str):
+        return None
+    if not session_id:
+        return None
+    if __package__:
+        from .transcripts import tasks as reader
+    else:
+        import transcripts.tasks as reader  # type: ignore[import-not-found,no-redef]
+    found = reader.read_task_files(reader.task_list_dir(session_id), loads=_loads)
+    return None if found is None else reader.tasks_payload(found)
 
 
 def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
@@ -551,7 +581,11 @@ SYNC_REFUSED = (400, 413, 422)
 # What each harness's client reads on this machine: (``signet`` field, reader of the payload).
 # A reader returns None when its event is not one it reads, or the file cannot be read.
 CLIENT_READERS: dict[str, tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...]] = {
-    "claude-code": (("transcript", transcript_extract), ("usage", usage_extract)),
+    "claude-code": (
+        ("transcript", transcript_extract),
+        ("usage", usage_extract),  # first of Stop's: it waits for the transcript
+        ("tasks", tasks_extract),
+    ),
 }
 
 

@@ -346,3 +346,31 @@ def test_an_explicit_checkpoint_is_not_the_agent_acting(hook):
     hook.post("/api/checkpoints/", {"session_key": SESSION, "digest": "by hand"}, format="json")
 
     assert session().pressure_agent_acted is None
+
+
+def test_a_headless_session_on_a_native_1m_model_counts_against_1m(hook):
+    # A headless SessionStart names no model; the transcript names it without its [1m].
+    started(hook)
+    stop(hook, 160_000, model="claude-opus-4-8")
+
+    row = session()
+    assert (row.context_window, row.context_percent) == (1_000_000, 16.0)
+    assert WARNING not in prompt(hook)
+
+    # A model whose window is 200k unless it is marked still warns at 75 % of it.
+    send(hook, payload("session_start_startup", session_id="sonnet"))
+    other = payload("stop", session_id="sonnet")
+    other["signet"] = {"usage": {"context_tokens": 160_000, "model": "claude-sonnet-4-5"}}
+    send(hook, other)
+    assert Session.objects.get(session_key="sonnet").context_window == 200_000
+
+
+def test_the_claude_code_adapter_owns_the_long_context_rule():
+    from checkpoints.harnesses.claude_code import ClaudeCodeAdapter
+    from checkpoints.harnesses.gemini import GeminiAdapter
+
+    adapter = ClaudeCodeAdapter()
+    assert adapter.long_context("claude-sonnet-4-5[1m]")
+    assert adapter.long_context("us.anthropic.claude-opus-4-8-v1:0")
+    assert not adapter.long_context("claude-sonnet-4-5-20250929")
+    assert not GeminiAdapter().long_context("claude-opus-4-8")

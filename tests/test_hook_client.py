@@ -1267,7 +1267,7 @@ def test_a_usage_reader_failure_costs_only_the_usage(monkeypatch, outbox, tmp_pa
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(reader, "read_usage", broken)
+    monkeypatch.setattr(reader, "read_usage_after", broken)
     transcript = write_transcript(tmp_path / "t.jsonl", assistant_line("msg_a", "req_a", 5))
     with recording_server() as (url, received):
         message = signet_hook.run(

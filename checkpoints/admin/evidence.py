@@ -104,6 +104,8 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
             "Recent work",
             {
                 "fields": [
+                    "current_task",
+                    "next_steps_list",
                     "recent_prompts_list",
                     "recent_queries_list",
                     "recent_remembers_list",
@@ -146,6 +148,7 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
     recent_queries_list = list_column("recent_queries", "recent memory queries")
     recent_remembers_list = list_column("recent_remembers", "recent remembers")
     modified_files_list = list_column("modified_files", "modified files")
+    next_steps_list = list_column("next_steps", "next steps")
 
     @admin.display(boolean=True)
     def live(self, obj: Session) -> bool:

@@ -86,15 +86,27 @@ class TranscriptExtract:
 
 
 @dataclass(frozen=True)
+class AgentTasks:
+    """The agent's own task list as its client read it (``signet.tasks``: Claude Code's task
+    files, at Stop): the task in progress and ``(content, status)`` pairs. Raw, as in
+    ``Event``."""
+
+    current_task: str = ""
+    todos: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class ContextUsage:
     """How full the agent's context is, as its client reported it (``signet.usage``).
 
     ``model`` names the model the tokens were counted for ('' when the client did not say);
-    the server picks the context window from it. Raw here, as in ``Event``.
+    ``long_context``: its adapter knows that model to have the long context window. Raw
+    here, as in ``Event``.
     """
 
     context_tokens: int
     model: str = ""
+    long_context: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,8 @@ class Event:
     files: tuple[str, ...] = ()
     transcript_path: str = ""
     model: str = ""
+    # The adapter knows ``model`` to have the long context window (its harness's own rule).
+    long_context: bool = False
     compact_summary: str = ""
     last_assistant_message: str = ""
     previous_session_key: str = ""
@@ -127,6 +141,7 @@ class Event:
     context_cap_chars: int = 0
     transcript: TranscriptExtract | None = None
     usage: ContextUsage | None = None
+    tasks: AgentTasks | None = None
     # When a client's outbox held the event: set only on a replay, which may come hours late.
     queued_at: datetime | None = None
     # The harness's own id of what happened (a prompt's, a compaction's), as its adapter
@@ -251,6 +266,7 @@ def client_fields(client: dict[str, Any]) -> dict[str, Any]:
         "previous_session_key": identifier_field(client, "previous_session_key"),
         "queued_at": queued_at_parse(client),
         "usage": usage_parse(client),
+        "tasks": tasks_parse(client),
     }
 
 
@@ -300,10 +316,10 @@ def _strings(value: Any, key: str) -> tuple[str, ...]:
     return tuple(clean_text(item)[:TRANSCRIPT_TEXT_CHARS] for item in value[-TRANSCRIPT_ITEMS:])
 
 
-def _todos(value: Any) -> tuple[tuple[str, str], ...]:
+def _todos(value: Any, where: str = "transcript") -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
-    problem = "'signet.transcript.todos' must be a list of {content, status} objects."
+    problem = f"'signet.{where}.todos' must be a list of {{content, status}} objects."
     if not isinstance(value, list):
         raise PayloadError(problem)
     todos = []
@@ -340,3 +356,14 @@ def transcript_parse(client: dict[str, Any]) -> TranscriptExtract | None:
         git_branch=text("git_branch"),
         context_tokens=tokens,
     )
+
+
+def tasks_parse(client: dict[str, Any]) -> AgentTasks | None:
+    """``signet.tasks``: the agent's task list as the hook client read it on its machine."""
+    tasks = client.get("tasks")
+    if tasks is None:
+        return None
+    if not isinstance(tasks, dict):
+        raise PayloadError("'signet.tasks' must be an object.")
+    current = text_field(tasks, "current_task", where="signet.tasks.")[:TRANSCRIPT_TEXT_CHARS]
+    return AgentTasks(current_task=current, todos=_todos(tasks.get("todos"), "tasks"))

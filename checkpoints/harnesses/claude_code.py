@@ -15,6 +15,7 @@ that lets the engine apply each once.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,18 @@ KINDS = {
 }
 CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "UserPromptSubmit"}
 REMEMBER_PREFIXES = ("/remember", "#")
+# Claude Code runs a model named with this mark with the 1M-token window (``opus[1m]``).
+LONG_CONTEXT_MARK = "[1m]"
+# ...and these with it without the mark: the models its catalogue (2.1.197) gives a native
+# 1M window. The API, and so the transcript and the usage the client reports, names the
+# model without the mark, and a headless SessionStart names none.
+NATIVE_LONG_CONTEXT = (
+    "claude-opus-4-7",
+    "claude-opus-4-8",
+    "claude-sonnet-5",
+    "claude-fable-5",
+    "claude-mythos-5",
+)
 # The most ``signet.sync`` may hold: the client sends at most half of it per event.
 SYNC_MAX_EVENTS = 200
 SYNC_TEXT_CHARS = 100_000
@@ -106,6 +119,10 @@ class ClaudeStyleAdapter:
         """Harness-specific values kept in ``Event.extra``."""
         return {}
 
+    def long_context(self, model: str) -> bool:
+        """Whether the harness runs ``model`` with the long context window."""
+        return False
+
     def backlog_parse(self, client: dict[str, Any], common: dict[str, Any]) -> tuple[Event, ...]:
         """The events a client found in the transcript (``signet.sync``); none here."""
         return ()
@@ -115,6 +132,11 @@ class ClaudeStyleAdapter:
         session_key = identifier_field(payload, "session_id", required=True)
         kind = self.kinds.get(name, EventKind.UNKNOWN)
         client = client_block(payload)
+        fields = client_fields(client)
+        usage = fields["usage"]
+        if usage is not None and self.long_context(usage.model):
+            fields["usage"] = dataclasses.replace(usage, long_context=True)
+        model = text_field(payload, "model")
         common: dict[str, Any] = {
             "kind": kind,
             "harness": self.harness,
@@ -122,9 +144,10 @@ class ClaudeStyleAdapter:
             "name": name,
             "cwd": text_field(payload, "cwd"),
             "transcript_path": text_field(payload, "transcript_path"),
-            "model": text_field(payload, "model"),
+            "model": model,
+            "long_context": self.long_context(model),
             "context_cap_chars": self.context_cap_chars,
-            **client_fields(client),
+            **fields,
         }
         extra = self.payload_extra(payload)
         common["backlog"] = self.backlog_parse(client, common)
@@ -179,6 +202,17 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
     kinds = KINDS
     context_events = CONTEXT_EVENTS
     remember_prefixes = REMEMBER_PREFIXES
+
+    def long_context(self, model: str) -> bool:
+        """A ``[1m]`` model, or one whose window is 1M without the mark (a Bedrock, Vertex or
+        Foundry user of such a model, whose window is smaller, is told of its pressure late;
+        ``CLAUDE_CODE_DISABLE_1M_CONTEXT`` is not seen here)."""
+        name = model.lower()
+        if LONG_CONTEXT_MARK in name:
+            return True
+        # Dated ids and provider prefixes: ``us.anthropic.claude-opus-4-8-20260101-v1:0``.
+        return any(native in name for native in NATIVE_LONG_CONTEXT)
+
     # ``--resume`` and ``--continue`` (headless or not) start SessionStart(resume) on the
     # conversation read back from the transcript, every context a hook injected included;
     # what this start injects stays too, across a later compaction.

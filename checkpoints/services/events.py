@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import re
 
-from checkpoints.harnesses.base import Event, TranscriptExtract
+from checkpoints.harnesses.base import AgentTasks, Event, TranscriptExtract
 from checkpoints.services.redaction import redact_clip
 from checkpoints.services.store import CheckpointContent
 
@@ -80,6 +80,15 @@ def event_prepare(event: Event) -> Event:
         last_assistant_message=redact_clip(event.last_assistant_message, MESSAGE_KEEP_CHARS),
         files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
         backlog=tuple(event_prepare(item) for item in event.backlog),
+        tasks=None
+        if event.tasks is None
+        else AgentTasks(
+            current_task=redact_clip(event.tasks.current_task, MESSAGE_KEEP_CHARS),
+            todos=tuple(
+                (redact_clip(content, PROMPT_KEEP_CHARS), status)
+                for content, status in event.tasks.todos
+            ),
+        ),
         usage=None
         if event.usage is None
         else dataclasses.replace(

@@ -16,22 +16,23 @@ from checkpoints.harnesses.base import ContextUsage
 from checkpoints.models import ContinuityConfig, Session
 
 LEVELS = ("notice", "warning", "critical")
-# A model name with this mark has the long context window (Claude Code's ``[1m]`` models).
-LONG_CONTEXT_MARK = "[1m]"
 # Below this much room in the inject budget a reminder waits for the next prompt.
 MIN_REMINDER_CHARS = 80
 
 
-def context_window_for(*, config: ContinuityConfig, session: Session, tokens: int) -> int:
+def context_window_for(
+    *, config: ContinuityConfig, session: Session, tokens: int, long_context: bool = False
+) -> int:
     """The window the session's tokens are counted against.
 
-    The long window when the model says so, when the session has reported more tokens
-    than the default window holds, or when it was found long before (a transcript names the
-    model without its ``[1m]``, and after a compaction the tokens are few again).
+    The long window when the harness's adapter says the model has it (``long_context``),
+    when the session has reported more tokens than the default window holds (which proves
+    it), or when it was found long before (a later event may name the model less exactly,
+    and after a compaction the tokens are few again).
     """
     long_window = config.context_window_1m
     if (
-        LONG_CONTEXT_MARK in session.model.lower()
+        long_context
         or tokens > config.context_window_default
         or session.context_window == long_window
     ):
@@ -39,15 +40,32 @@ def context_window_for(*, config: ContinuityConfig, session: Session, tokens: in
     return config.context_window_default
 
 
+def pressure_window_long(*, session: Session, config: ContinuityConfig) -> None:
+    """The harness says the session's model has the long window (its adapter's rule): count
+    against it from now on."""
+    session.context_window = config.context_window_1m
+    if session.context_tokens is not None:
+        session.context_percent = round(
+            100.0 * session.context_tokens / config.context_window_1m, 1
+        )
+
+
 def pressure_usage_record(
     *, session: Session, usage: ContextUsage, config: ContinuityConfig
 ) -> bool:
     """Record the client's usage on the session; True when it reached a token-checkpoint
     threshold not yet reached in this compaction cycle (the caller marks the checkpoint)."""
-    # A transcript names the model without the [1m] a session started with: keep that one.
-    if usage.model and LONG_CONTEXT_MARK not in session.model.lower():
+    # A transcript may name the model less exactly than the session's start did (Claude
+    # Code's without its [1m]): a name that told the long window is kept.
+    named_long = bool(session.model) and session.context_window == config.context_window_1m
+    if usage.model and (usage.long_context or not named_long):
         session.model = usage.model[:128]
-    window = context_window_for(config=config, session=session, tokens=usage.context_tokens)
+    window = context_window_for(
+        config=config,
+        session=session,
+        tokens=usage.context_tokens,
+        long_context=usage.long_context,
+    )
     session.context_tokens = usage.context_tokens
     session.context_window = window
     session.context_percent = round(100.0 * usage.context_tokens / window, 1)

@@ -178,6 +178,11 @@ def checkpoint_build(
     session row, so that write does not apply and the caller starts over.
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
+    # The agent's own task list (its client's last reading) when the checkpoint brings none.
+    if not content.current_task:
+        content.current_task = session.current_task
+    if not content.next_steps:
+        content.next_steps = list(session.next_steps)
     parent = None if session.created_now else _latest(session)  # a new session has none
     _carried(parent=parent, session=session, trigger=trigger, content=content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from .tasks import TaskTracker, current_task, read_task_files
 from .usage import SYNTHETIC_MODEL, UsageTracker, is_tool_result, iter_lines, read_tail
 
 TYPE_CHECKING = False  # typing's own import costs more than this module's work
@@ -65,6 +66,9 @@ ARTIFACT_PREFIXES = (
 
 # A branch with a quote or backslash in its name (escaped in JSON) just does not match here.
 _BRANCH_KEY = b'"gitBranch":"'
+# TaskCreate's result, the one tool result read here (it gives the task its id): the
+# structured result, or its text "Task #N created successfully: …".
+_TASK_RESULT_MARKS = (b'"toolUseResult":{"task":', b" created successfully")
 
 
 class _Record:
@@ -109,27 +113,34 @@ def _record_make(kind: type[_Record], values: dict[str, object]) -> _Record:
 
 
 class TodoItem(_Record):
-    """One entry of a ``TodoWrite`` list (content and active form clipped to 500 chars)."""
+    """One entry of a ``TodoWrite`` list, or one task of Claude Code's task list (its
+    subject as the content, and its description); texts clipped to 500 chars."""
 
-    __slots__ = ("active_form", "content", "status")
+    __slots__ = ("active_form", "content", "description", "status")
     content: str
     status: str  # pending | in_progress | completed
     active_form: str
+    description: str
 
-    def __init__(self, content: str, status: str, active_form: str = "") -> None:
-        self._set(content=content, status=status, active_form=active_form)
+    def __init__(
+        self, content: str, status: str, active_form: str = "", description: str = ""
+    ) -> None:
+        self._set(content=content, status=status, active_form=active_form, description=description)
 
 
 class TranscriptFacts(_Record):
     """What a transcript's tail says about where the session stands.
 
-    ``current_task`` is the in_progress item(s) of the latest ``TodoWrite`` list, joined by
-    "; ", else ``last_user_request``. Prompts come only from what a person typed in the main
-    chain; ``recent_prompts`` holds the last 10, oldest first, each clipped to 500 chars, and
-    ``last_user_request`` and ``last_assistant_message`` are clipped to 2000. Files are the
-    last 50 touched by the main agent's edit tools, most recent last. ``context_tokens`` is
-    the last main-chain response's input + cache read + cache creation tokens after the last
-    compaction, None when no response followed it. ``truncated`` means only the tail was read.
+    ``todos`` is the agent's task list: the task files when there are some, else what the
+    transcript's ``TaskCreate``/``TaskUpdate`` calls built, or the latest ``TodoWrite`` list
+    when that came last. ``current_task`` is its in_progress item(s), joined by "; " (a
+    task with its description), else ``last_user_request``. Prompts come only from what a
+    person typed in the main chain; ``recent_prompts`` holds the last 10, oldest first, each
+    clipped to 500 chars, and ``last_user_request`` and ``last_assistant_message`` are clipped
+    to 2000. Files are the last 50 touched by the main agent's edit tools, most recent last.
+    ``context_tokens`` is the last main-chain response's input + cache read + cache creation
+    tokens after the last compaction, None when no response followed it. ``truncated`` means
+    only the tail was read.
     """
 
     current_task: str
@@ -192,7 +203,12 @@ class TranscriptFacts(_Record):
         return {
             "current_task": self.current_task,
             "todos": [
-                {"content": todo.content, "status": todo.status, "active_form": todo.active_form}
+                {
+                    "content": todo.content,
+                    "status": todo.status,
+                    "active_form": todo.active_form,
+                    "description": todo.description,
+                }
                 for todo in self.todos
             ],
             "last_user_request": self.last_user_request,
@@ -212,9 +228,11 @@ def read_transcript(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     loads: Loads | None = None,
+    tasks_dir: str | None = None,
 ) -> TranscriptFacts | None:
     """Facts from the last ``max_bytes`` of the transcript at ``path``, each line parsed with
-    ``loads`` (``json.loads`` by default).
+    ``loads`` (``json.loads`` by default), and the task files in ``tasks_dir`` (the session's
+    task list, ``tasks.task_list_dir``), which stand for the list when there are some.
 
     Returns None when the path is missing, is not a regular file or cannot be read. When the
     file is longer than ``max_bytes`` only its tail is read (``truncated`` is then True) and
@@ -229,27 +247,37 @@ def read_transcript(
     if tail is None:
         return None
     data, truncated = tail
-    return parse_lines(iter_lines(data), truncated=truncated, loads=loads)
+    files = None if tasks_dir is None else read_task_files(tasks_dir, loads=loads)
+    return parse_lines(iter_lines(data), truncated=truncated, loads=loads, task_files=files)
 
 
 def parse_lines(
-    lines: Iterable[str | bytes], *, truncated: bool = False, loads: Loads | None = None
+    lines: Iterable[str | bytes],
+    *,
+    truncated: bool = False,
+    loads: Loads | None = None,
+    task_files: list[tuple[str, str, str, str]] | None = None,
 ) -> TranscriptFacts:
     """Facts from transcript lines in file order, each parsed with ``loads`` (``json.loads``
-    by default); unreadable lines are skipped."""
+    by default); unreadable lines are skipped. ``task_files``: the task list as its files
+    hold it (``tasks.read_task_files``), if it has some."""
     if loads is None:
         import json
 
         loads = json.loads
     reader = _Reader()
     for raw in lines:
-        if isinstance(raw, bytes) and is_tool_result(raw):
+        if (
+            isinstance(raw, bytes)
+            and is_tool_result(raw)
+            and not any(mark in raw for mark in _TASK_RESULT_MARKS)
+        ):
             reader.branch_hint(raw)
             continue
         record = _decode(raw, loads)
         if record is not None:
             reader.feed(record)
-    return reader.facts(truncated=truncated)
+    return reader.facts(truncated=truncated, task_files=task_files)
 
 
 def _decode(raw: str | bytes, loads: Loads) -> _Json | None:
@@ -318,6 +346,9 @@ class _Reader:
 
     def __init__(self) -> None:
         self.todos: tuple[TodoItem, ...] = ()
+        self.tasks = TaskTracker()
+        # Which of the two to-do tools the agent used last: "TodoWrite" or "Task".
+        self.todo_tool = ""
         self.prompts: list[str] = []  # the last MAX_PROMPTS
         self.last_user_request = ""
         # A dict is an insertion-ordered set: re-touching a file moves it to the end.
@@ -375,7 +406,13 @@ class _Reader:
         message = record.get("message")
         if not isinstance(message, dict):
             return
-        text = _text_of(message.get("content")).strip()
+        content = message.get("content")
+        if isinstance(content, list) and self.tasks.creating:
+            result = record.get("toolUseResult")
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    self.tasks.tool_result(block, result)
+        text = _text_of(content).strip()
         if not text or text.startswith(ARTIFACT_PREFIXES):
             return
         self.last_user_request = _clip(text, MESSAGE_CHARS)
@@ -417,6 +454,9 @@ class _Reader:
             todos = _todo_items(tool_input.get("todos"))
             if todos is not None:
                 self.todos = todos
+                self.todo_tool = name
+        elif self.tasks.tool_use(name, block.get("id"), tool_input):
+            self.todo_tool = "Task"
         elif name in EDIT_TOOLS:
             # A call the user rejected still counts: the file was in the agent's working set.
             path = tool_input.get(EDIT_TOOLS[name])
@@ -426,14 +466,17 @@ class _Reader:
                 if len(self.modified) > MAX_MODIFIED_FILES:
                     del self.modified[next(iter(self.modified))]
 
-    def facts(self, *, truncated: bool) -> TranscriptFacts:
-        in_progress = [todo.content for todo in self.todos if todo.status == "in_progress"]
-        current_task = (
-            _clip("; ".join(in_progress), MESSAGE_CHARS) if in_progress else self.last_user_request
-        )
+    def facts(
+        self, *, truncated: bool, task_files: list[tuple[str, str, str, str]] | None = None
+    ) -> TranscriptFacts:
+        todos = self.todos
+        if task_files or self.todo_tool == "Task":
+            tasks = task_files or self.tasks.items()
+            todos = tuple(TodoItem(*task) for task in tasks[:MAX_TODOS])
+        doing = current_task([(t.content, t.status, t.active_form, t.description) for t in todos])
         return TranscriptFacts(
-            current_task=current_task,
-            todos=self.todos,
+            current_task=doing or self.last_user_request,
+            todos=todos,
             last_user_request=self.last_user_request,
             recent_prompts=tuple(self.prompts),
             modified_files=tuple(self.modified),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ _TOOL_RESULT_MARK = b'"toolUseResult":'
 _ASSISTANT_MARK = b'"type":"assistant"'
 # Only lines holding one of these can change the context size: a response or a compaction.
 _USAGE_MARKS = (b'"usage"', b'"compact_boundary"')
+# Stop runs as the last response starts streaming, often before Claude Code has written it
+# to the transcript: it waits at most this long for the response its input names, looking
+# again this often (only when the file has grown). The agent waits on the hook meanwhile.
+RESPONSE_WAIT_SECONDS = 0.5
+RESPONSE_POLL_SECONDS = 0.015
 
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int) -> tuple[bytes, bool] | None:
@@ -164,6 +170,104 @@ def read_usage(
     no main-chain response follows the tail's last compaction. Only lines that can hold a
     usage or a compaction are parsed, with ``loads`` (``json.loads`` by default).
     """
+    return _scan(path, max_bytes=max_bytes, loads=loads, watch=None)
+
+
+def read_usage_after(
+    path: str | os.PathLike[str],
+    *,
+    response: str,
+    prompt_id: str = "",
+    wait: float = RESPONSE_WAIT_SECONDS,
+    max_bytes: int = USAGE_MAX_BYTES,
+    loads: Callable[[bytes], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any] | None:
+    """``read_usage`` once the transcript holds the turn's last response, whose text is
+    ``response`` (Stop's ``last_assistant_message``), waiting at most ``wait`` seconds for it.
+
+    The response must be the last text of the main chain and, when the tail holds the line
+    of the turn's prompt (``prompt_id``, Stop's own), come after it: a previous turn that
+    said the same words is not this one. Once the wait is over, the usage is what the file
+    holds then.
+    """
+    expected = response.strip()
+    if not expected or wait <= 0:
+        return read_usage(path, max_bytes=max_bytes, loads=loads)
+    mark = b'"promptId":"' + prompt_id.encode("utf-8", "replace") + b'"' if prompt_id else b""
+    give_up = clock() + wait
+    size = -1
+    usage = None
+    while True:
+        try:
+            now_size = os.stat(path).st_size
+        except (OSError, ValueError):  # ValueError: a path with a NUL byte
+            return None
+        if now_size != size:
+            size = now_size
+            watch = _ResponseWatch(expected, mark)
+            usage = _scan(path, max_bytes=max_bytes, loads=loads, watch=watch)
+            if watch.found():
+                return usage
+            # The prompt is written as the turn starts: a tail without it (a long turn, a
+            # version without prompt ids) is judged by the text alone from now on.
+            if not watch.prompt_seen:
+                mark = b""
+        if clock() >= give_up:
+            return usage
+        sleep(RESPONSE_POLL_SECONDS)
+
+
+class _ResponseWatch:
+    """Whether the lines of one read hold the expected last response (``read_usage_after``)."""
+
+    def __init__(self, expected: str, prompt_mark: bytes) -> None:
+        self.expected = expected
+        self.prompt_mark = prompt_mark
+        self.prompt_seen = False
+        self.last_text = ""
+
+    def line(self, line: bytes) -> None:
+        """Any line: the turn's own user lines (its prompt, its tool results) come before
+        its last response, and reset the text seen."""
+        if self.prompt_mark and self.prompt_mark in line:
+            self.prompt_seen = True
+            self.last_text = ""
+
+    def record(self, record: dict[str, Any]) -> None:
+        """A parsed line that can hold a usage."""
+        message = record.get("message")
+        if (
+            record.get("type") != "assistant"
+            or record.get("isSidechain", False) is not False
+            or not isinstance(message, dict)
+        ):
+            return
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str) and text.strip():
+                    self.last_text = text.strip()
+
+    def found(self) -> bool:
+        text = self.last_text
+        after_prompt = self.prompt_seen or not self.prompt_mark
+        return (
+            after_prompt and bool(text) and (text == self.expected or self.expected.endswith(text))
+        )
+
+
+def _scan(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int,
+    loads: Callable[[bytes], Any] | None,
+    watch: _ResponseWatch | None,
+) -> dict[str, Any] | None:
     if max_bytes < 1:
         raise ValueError("max_bytes must be positive")
     try:
@@ -178,6 +282,8 @@ def read_usage(
         loads = json.loads
     tracker = UsageTracker()
     for line in iter_lines(tail[0]):
+        if watch is not None:
+            watch.line(line)
         if is_tool_result(line) or not any(mark in line for mark in _USAGE_MARKS):
             continue
         try:
@@ -186,6 +292,8 @@ def read_usage(
             continue
         if isinstance(record, dict):
             tracker.feed(record)
+            if watch is not None:
+                watch.record(record)
     if tracker.context_tokens is None:
         return None
     return {"context_tokens": tracker.context_tokens, "model": tracker.model}

@@ -32,11 +32,11 @@ from checkpoints.services.engine.backlog import (
     delivery_digest,
     delivery_record,
 )
-from checkpoints.services.engine.handlers import HANDLERS, Step
+from checkpoints.services.engine.handlers import HANDLERS, Step, tasks_record
 from checkpoints.services.events import event_prepare, facts_content
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.pending import pending_due, pending_enqueue, pending_mark
-from checkpoints.services.pressure import pressure_usage_record
+from checkpoints.services.pressure import pressure_usage_record, pressure_window_long
 from checkpoints.services.sessions import (
     SESSION_COLUMNS,
     SessionSeed,
@@ -163,6 +163,8 @@ def _apply(
         # The server ended it for silence, not the harness: the agent is back.
         session.ended_at = None
         session.end_reason = ""
+    if event.long_context and not replayed:
+        pressure_window_long(session=session, config=config)
     # A late usage is stale: the context has moved on since it was counted.
     usage_marked = (
         event.usage is not None
@@ -174,6 +176,9 @@ def _apply(
     backlog_marked = bool(event.backlog) and backlog_apply(
         session=session, events=event.backlog, config=config, now=now
     )
+    # Like the usage, a late task list is stale.
+    if event.tasks is not None and not replayed:
+        tasks_record(session=session, tasks=event.tasks)
     step = HANDLERS[event.kind](session, event, config, now, content)
     # Remembered, so that a client's backlog does not apply it again. (Applied whatever
     # is remembered: the harness posts it once, before a client can find it.)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from checkpoints.harnesses.base import Event, EventKind
+from checkpoints.harnesses.base import AgentTasks, Event, EventKind
 from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
 from checkpoints.services.events import (
     MAX_FILES,
@@ -37,7 +37,12 @@ from checkpoints.services.pressure import (
     pressure_reset,
 )
 from checkpoints.services.recovery import injection_build, recovery_prepare
-from checkpoints.services.store import CheckpointContent, checkpoint_write, session_close
+from checkpoints.services.store import (
+    MAX_LIST_ITEMS,
+    CheckpointContent,
+    checkpoint_write,
+    session_close,
+)
 
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
 PRE_COMPACT_SEEN = 1
@@ -215,6 +220,17 @@ def _on_prompt(
     if reminder:
         step.context = f"{step.context}{separator}{reminder}"
     return step
+
+
+def tasks_record(*, session: Session, tasks: AgentTasks) -> None:
+    """The agent's task list, as its client read it: the task in progress and the pending
+    ones become the session's, which the checkpoints that bring none of their own take."""
+    pending = [content for content, status in tasks.todos if status == "pending"]
+    next_steps = pending[:MAX_LIST_ITEMS]
+    if session.current_task != tasks.current_task or session.next_steps != next_steps:
+        session.current_task = tasks.current_task
+        session.next_steps = next_steps
+        session.changed_since_checkpoint = True
 
 
 def _add_files(session: Session, paths: Iterable[str]) -> None:
