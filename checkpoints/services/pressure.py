@@ -55,8 +55,8 @@ def pressure_usage_record(
 ) -> bool:
     """Record the client's usage on the session; True when it reached a token-checkpoint
     threshold not yet reached in this compaction cycle (the caller marks the checkpoint)."""
-    # A transcript may name the model less exactly than the session's start did (Claude
-    # Code's without its [1m]): a name that told the long window is kept.
+    # A transcript may name the model less exactly than the session's start did (without
+    # the mark of its window): a name that told the long window is kept.
     named_long = bool(session.model) and session.context_window == config.context_window_1m
     if usage.model and (usage.long_context or not named_long):
         session.model = usage.model[:128]

@@ -92,11 +92,13 @@ def _carried(
       an empty one takes the previous checkpoint's, so they stand until the next agent or
       explicit checkpoint that names its own.
     - The task and the next steps also come from the transcript (the in-progress todo, else
-      the last request; the pending todos). An empty one takes the previous checkpoint's when
-      no prompt came since, or when that value is still the one the session's latest agent
-      or explicit checkpoint wrote: the agent's own narrative stands across prompts until an
-      agent, explicit or transcript-derived value replaces it. A value that came from the
-      transcript is stale once the user has asked for something new.
+      the last request; the pending todos), or from the agent's task list as its client last
+      sent it (the session's ``current_task`` and ``next_steps``). An empty one takes the
+      previous checkpoint's when no prompt came since, or when that value is still the one
+      the session's latest agent or explicit checkpoint wrote: the agent's own narrative
+      stands across prompts until an agent, explicit or transcript-derived value replaces it.
+      A value that came from the transcript is stale once the user has asked for something
+      new.
     - A transcript task that is only the user's last request does not replace the agent's
       task; the recovery context shows the request anyway.
 
