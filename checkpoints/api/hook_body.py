@@ -18,12 +18,16 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from django.http import HttpRequest
 from rest_framework.exceptions import ParseError
 
 from checkpoints.api.parsers import MAX_JSON_DEPTH, json_load
 from checkpoints.harnesses.base import PayloadSkips
 
 _READ_STEP = 256 * 1024
+# The environ key under which ``ChunkedBodyMiddleware`` leaves a hook's body it had to read
+# (one sent without a length), so that the view does not copy it.
+READ_BODY_KEY = "signet.read_body"
 _UTF8_STEP = 1024 * 1024
 
 _WHITESPACE = re.compile(rb"[ \t\n\r]*")
@@ -47,6 +51,15 @@ class Readable(Protocol):
     """A stream of bytes: a request (``HttpRequest.read``), a file."""
 
     def read(self, size: int = -1, /) -> bytes: ...
+
+
+def body_of(request: HttpRequest, length: int) -> bytearray | None:
+    """A hook request's body: the buffer the middleware read it into, or else its
+    ``length`` bytes (``body_read``); None when it ends before them."""
+    read = request.META.pop(READ_BODY_KEY, None)
+    if isinstance(read, bytearray) and len(read) == length:
+        return read
+    return body_read(request, length)
 
 
 def body_read(stream: Readable, length: int) -> bytearray | None:

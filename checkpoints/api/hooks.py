@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from checkpoints.api.auth import BearerTokenAuthentication, HasTokenScope, bearer_token
 from checkpoints.api.errors import error_response, too_large_detail
-from checkpoints.api.hook_body import body_read, payload_load
+from checkpoints.api.hook_body import body_of, payload_load
 from checkpoints.api.schema import errors
 from checkpoints.api.throttles import TokenScopeThrottle
 from checkpoints.harnesses import ADAPTERS, adapter_for
@@ -164,7 +164,7 @@ class HookIngestApi(APIView):
             return error_response("too_large", too_large_detail(limit), 413)
         try:
             # Not ``request.body``: it holds the API's limit, and a second copy of the body.
-            body = body_read(request, max(declared, 0))
+            body = body_of(request, max(declared, 0))
         except UnreadablePostError:
             body = None
         if body is None:

@@ -24,22 +24,22 @@ from checkpoints.api.errors import (
     too_large_detail,
     unavailable_response,
 )
+from checkpoints.api.hook_body import READ_BODY_KEY
 from signet_site.handlers import HOOK_PATH_PREFIX
 
 _READ_STEP = 64 * 1024
 
 
-def _read_to_end(stream: IO[bytes], limit: int) -> bytes | None:
-    """All of ``stream``, or None as soon as it runs past ``limit`` bytes."""
-    parts: list[bytes] = []
-    size = 0
+def _read_to_end(stream: IO[bytes], limit: int) -> bytearray | None:
+    """All of ``stream`` in one buffer (grown in place, not joined from parts: a hook's body
+    may be tens of megabytes), or None as soon as it runs past ``limit`` bytes."""
+    body = bytearray()
     while True:
-        part = stream.read(min(_READ_STEP, limit + 1 - size))
+        part = stream.read(min(_READ_STEP, limit + 1 - len(body)))
         if not part:
-            return b"".join(parts)
-        parts.append(part)
-        size += len(part)
-        if size > limit:
+            return body
+        body += part
+        if len(body) > limit:
             return None
 
 
@@ -74,15 +74,15 @@ class ChunkedBodyMiddleware:
                 "send Content-Length.",
                 411,
             )
-        limit = (
-            settings.SIGNET_MAX_HOOK_BODY_BYTES
-            if request.path_info.startswith(HOOK_PATH_PREFIX)
-            else settings.SIGNET_MAX_BODY_BYTES
-        )
+        hook = request.path_info.startswith(HOOK_PATH_PREFIX)
+        limit = settings.SIGNET_MAX_HOOK_BODY_BYTES if hook else settings.SIGNET_MAX_BODY_BYTES
         body = _read_to_end(meta["wsgi.input"], limit)
         if body is None:
             return error_response("too_large", too_large_detail(limit), 413)
+        meta["CONTENT_LENGTH"] = str(len(body))
+        if hook:  # the hook view takes this buffer as it is (``hook_body.body_of``)
+            meta[READ_BODY_KEY] = body
+            return self.get_response(request)
         # What Django reads the body from, and what DRF checks before reading it.
         request._stream = io.BytesIO(body)
-        meta["CONTENT_LENGTH"] = str(len(body))
         return self.get_response(request)
