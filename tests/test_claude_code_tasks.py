@@ -11,6 +11,7 @@ import pytest
 
 from checkpoints.models import Checkpoint, Session, Trigger
 from hooks.transcripts.usage import context_size
+from tests.hookutil import configure
 from tests.model_api import ModelAPI, text, tool_use
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -26,6 +27,7 @@ def task(subject: str, description: str, active: str) -> dict[str, Any]:
 
 
 def test_the_task_in_progress_reaches_the_model_after_a_compaction(claude, model_api):
+    configure(prompt_interval=1, debounce_seconds=0)  # a periodic checkpoint every prompt
     model_api.script.append([
         text("Planning the VAT work."),
         task("Read invoice model", "Look at invoice.py fields", "Reading invoice model"),
@@ -55,7 +57,9 @@ def test_the_task_in_progress_reaches_the_model_after_a_compaction(claude, model
     assert checkpoint.current_task.startswith(VAT)
     assert checkpoint.next_steps == ["Write tests for VAT"]
     session = Session.objects.get(session_key=sid)
-    assert session.current_task.startswith(VAT)  # from the Stop hook: the periodic ones too
+    assert session.current_task.startswith(VAT)  # from the Stop hook
+    periodic = Checkpoint.objects.filter(session=session, trigger=Trigger.PERIODIC)
+    assert periodic.latest("created_at").current_task.startswith(VAT)
     shown = ModelAPI.request_text(model_api.requests[after_compaction]["body"])
     recovery = shown[shown.index(RECOVERY) :]
     assert VAT in recovery
