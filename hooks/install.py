@@ -1,9 +1,9 @@
 """Write (or remove) Signet's hooks in a harness's settings file.
 
-Claude Code: ``http`` hooks for prompts, edits and PostCompact, and ``command`` hooks running
-``signet_hook.py`` for SessionStart (which cannot be an http hook), PreCompact, Stop and
-SessionEnd (the client reads the transcript on the agent's machine: the server never opens a
-file a request names; and what it cannot deliver it queues). The merge
+Claude Code: ``command`` hooks running ``signet_hook.py`` for every event (the client reads
+the transcript on the agent's machine, the server never opening a file a request names; it
+queues what it cannot deliver, and queues at once while the server is known not to
+answer). The merge
 keeps every foreign hook and setting in place, is idempotent (a second run changes no byte and
 writes no second backup) and replaces Signet's own entries, found by their URL path or script
 name, so re-running it upgrades an older install.
@@ -58,28 +58,39 @@ HOOK_BOOTSTRAP = (
 )
 
 # (event, matcher or None for "every", timeout in seconds, handler type), in settings order.
-# Prompt and tool hooks sit on the agent's hot path and SessionEnd shares a small budget:
-# short. SessionStart cannot be an http hook. PreCompact writes the emergency checkpoint,
-# the one the next session depends on: a command, because the client reads the transcript
-# where it is (the server never opens a file a request names), with time for a slow server.
-# Stop is a command for the same reason: it sends the context usage of the turn's last
-# response, read from the transcript's tail. Every command hook also sends what the
-# transcript gained since the last one (``transcripts/sync.py``): what the http hooks
-# carried, which Claude Code posts once, lost in an outage. SessionEnd is a command so that
-# the end, too, survives one: queued in the outbox, it reaches the server with whichever
-# hook runs next on the machine.
+# Every event is a ``command`` hook running the client, none an ``http`` hook that Claude
+# Code posts itself: only the client can tell that the server just let a hook wait without
+# an answer and queue at once (an http hook waits out its timeout at every prompt and edit,
+# and loses the event), and only the client queues what it cannot deliver. The client also
+# reads the transcript where it is (the server never opens a file a request names):
+# PreCompact sends its facts, Stop the context usage of the turn's last response, and every
+# event what the transcript gained since the last one (``transcripts/sync.py``).
+# SessionStart could not be an http hook anyway. The timeouts here are Claude Code's last
+# resort, past the client's own deadline and its watchdog's grace; SessionEnd's also raises
+# Claude Code's shared SessionEnd budget.
 CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
     ("SessionStart", "startup|resume|clear|compact", 10, "command"),
-    ("UserPromptSubmit", None, 5, "http"),
-    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, "http"),
-    ("PreCompact", None, 30, "command"),
-    ("PostCompact", None, 10, "http"),
+    ("UserPromptSubmit", None, 5, "command"),
+    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, "command"),
+    ("PreCompact", None, 10, "command"),
+    ("PostCompact", None, 10, "command"),
     ("Stop", None, 10, "command"),
     ("SessionEnd", None, 10, "command"),
 )
-# What the hook client itself may spend, under each command's timeout above (its watchdog
-# adds a second): the default for SessionStart, most of the budget for PreCompact.
-CLIENT_TIMEOUTS = {"PreCompact": 25}
+# What the hook client itself may spend on each event, in seconds (after its own start). A
+# healthy server answers within milliseconds; one that has not answered by then is taken for
+# hung, and the hooks of the next minute queue without waiting, so a turn loses about one of
+# these. PreCompact (the emergency checkpoint, the one the next session depends on) gets
+# more, within a compaction's share.
+CLIENT_TIMEOUTS = {
+    "SessionStart": 0.5,
+    "UserPromptSubmit": 0.5,
+    "PostToolUse": 0.5,
+    "PreCompact": 2.0,
+    "PostCompact": 0.5,
+    "Stop": 0.5,
+    "SessionEnd": 0.5,
+}
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

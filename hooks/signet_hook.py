@@ -25,6 +25,8 @@ code is 0, stdout holds a JSON object or nothing, and stderr at most one short l
 Events that could not be delivered go to an outbox (one JSON line each, with the time they
 were queued) and are replayed, oldest first with their original idempotency key, by the next
 run, before its own event; while the server cannot take them, that event queues behind them.
+A server that let a hook wait out its deadline without an answer (hung, not refusing) is
+marked so for a minute, and the hooks that run meanwhile queue their events without waiting.
 
 Standard library only and Python 3.9+: it runs with whatever interpreter the machine has
 (the installer names a real one by its absolute path, with ``-S``: no site-packages needed).
@@ -72,8 +74,11 @@ MIN_REQUEST_SECONDS = 0.2
 # The watchdog fires this long after the deadline: a last resort for what socket timeouts
 # do not bound, never the normal way out.
 WATCHDOG_GRACE_SECONDS = 1.0
-# Replaying the outbox (before the live event) may use this share of the time left.
+# Replaying the outbox (before the live event) may use this share of the time left, or,
+# while the server answers, up to REPLAY_SECONDS: each answer gives the next request the
+# hook's whole timeout again, and the live event its whole timeout after the replay.
 REPLAY_SHARE = 0.5
+REPLAY_SECONDS = 2.0
 # A replayed request that got no answer in time (or a proxy's 502 or 504: it gave up
 # waiting) may still be carried out: the live event is then queued behind it, not sent.
 _IN_FLIGHT = (None, 502, 504)
@@ -81,6 +86,15 @@ _IN_FLIGHT = (None, 502, 504)
 MAX_REPLAY_STALLS = 3
 # Outbox appends wait at most this long for another hook's brief rewrite to finish.
 APPEND_LOCK_WAIT_SECONDS = 1.0
+# A server that let a hook wait out its deadline without an answer is taken for hung this
+# long: the hooks that run meanwhile queue their events at once instead of waiting in turn
+# (the marker is ``<outbox>.down``, holding the endpoint). A refused connection costs no
+# wait, so it marks nothing: the next hook tries again and finds the server as soon as it
+# is back.
+DOWN_SECONDS = 60.0
+# ...only a request that was given this long, though: one sent with a sliver of the deadline
+# left (after a long replay) proves nothing.
+HUNG_SECONDS = 0.25
 GIT_MAX_LEVELS = 64
 PACKED_REFS_MAX_BYTES = 1024 * 1024
 
@@ -116,14 +130,18 @@ class Options:
 
 
 class Delivery:
-    """The outcome of one POST: ``status`` is None when no HTTP answer came back."""
+    """The outcome of one POST: ``status`` is None when no HTTP answer came back, and
+    ``timed_out`` says the client waited out its time for one."""
 
-    __slots__ = ("body", "error", "status")
+    __slots__ = ("body", "error", "status", "timed_out")
 
-    def __init__(self, status: int | None, body: bytes = b"", error: str = "") -> None:
+    def __init__(
+        self, status: int | None, body: bytes = b"", error: str = "", *, timed_out: bool = False
+    ) -> None:
         self.status = status
         self.body = body
         self.error = error
+        self.timed_out = timed_out
 
     @property
     def delivered(self) -> bool:
@@ -280,7 +298,7 @@ def _argparse(argv: list[str]) -> dict[str, str | None]:
     parser.add_argument(
         "--timeout",
         help=(
-            f"Overall deadline in seconds (env SIGNET_HOOK_TIMEOUT, at most {MAX_ENV_TIMEOUT:g}; "
+            f"Wait for the server, seconds (env SIGNET_HOOK_TIMEOUT, at most {MAX_ENV_TIMEOUT:g}; "
             f"{DEFAULT_TIMEOUT})."
         ),
     )
@@ -631,6 +649,10 @@ def _http_target(url: str) -> tuple[str, int, str, str] | None:
     return host, port, netloc, target
 
 
+# What a socket raises when its time runs out (two classes before Python 3.10).
+_TIMEOUTS = (TimeoutError, _socket.timeout)
+
+
 def _time_left(end: float) -> float:
     left = end - time.monotonic()
     if left <= 0:
@@ -865,9 +887,17 @@ def _post_urllib(url: str, body: bytes, *, token: str, key: str, timeout: float)
         exc.close()
         return Delivery(status=exc.code)
     except urllib.error.URLError as exc:
-        return Delivery(status=None, error=f"server unreachable ({exc.reason})")
+        return Delivery(
+            status=None,
+            error=f"server unreachable ({exc.reason})",
+            timed_out=isinstance(exc.reason, _TIMEOUTS),
+        )
     except (OSError, ValueError) as exc:  # timeouts, resets, http.client's protocol errors
-        return Delivery(status=None, error=f"server unreachable ({type(exc).__name__})")
+        return Delivery(
+            status=None,
+            error=f"server unreachable ({type(exc).__name__})",
+            timed_out=isinstance(exc, _TIMEOUTS),
+        )
 
 
 def post_event(url: str, body: bytes, *, token: str, key: str, timeout: float) -> Delivery:
@@ -883,7 +913,11 @@ def post_event(url: str, body: bytes, *, token: str, key: str, timeout: float) -
     except _ProtocolError as exc:
         return Delivery(status=None, error=f"server unreachable ({exc})")
     except (OSError, ValueError) as exc:  # refused, reset, timed out, unresolvable
-        return Delivery(status=None, error=f"server unreachable ({str(exc) or type(exc).__name__})")
+        return Delivery(
+            status=None,
+            error=f"server unreachable ({str(exc) or type(exc).__name__})",
+            timed_out=isinstance(exc, _TIMEOUTS),
+        )
 
 
 def emit_reply(body: bytes, stdout: IO[bytes]) -> None:
@@ -1032,8 +1066,19 @@ def outbox_append(outbox: StrPath, entry: dict[str, Any]) -> None:
             handle.write(line)
 
 
-def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) -> Delivery | None:
-    """Resend queued events for ``url``, oldest first, within the deadline.
+def outbox_replay(
+    outbox: StrPath,
+    *,
+    url: str,
+    token: str,
+    deadline: Deadline,
+    share: Deadline | None = None,
+    patience: float | None = None,
+    on_answer: Callable[[], None] | None = None,
+) -> Delivery | None:
+    """Resend queued events for ``url``, oldest first: the first within ``deadline``, the
+    others while ``share`` (the time the replay may take) lasts, each within ``patience``
+    seconds after the server's last answer (``on_answer`` is told of each), or ``deadline``.
 
     Each keeps its original idempotency key, so one the server already has is not counted
     twice. Delivered and permanently refused entries leave the outbox; the rest stay.
@@ -1049,6 +1094,8 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
     path = os.fspath(outbox)
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return None
+    if share is None:
+        share = deadline
     with _Locked(path + ".replay.lock", wait=deadline.remaining()) as replaying:
         if not replaying:  # what it sent may be in flight: the same as no answer
             return Delivery(status=None, error="another hook was still replaying the outbox")
@@ -1059,19 +1106,28 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
         done: set[str] = set()
         stalled: Delivery | None = None
         stalled_key = ""
+        sent = 0
         for entry in entries:
             # Entries for another server wait for a hook that reaches that server.
             if entry["url"] != url:
                 continue
-            if deadline.remaining() < MIN_REQUEST_SECONDS:
+            if deadline.remaining() < MIN_REQUEST_SECONDS or (
+                sent and share.remaining() < MIN_REQUEST_SECONDS
+            ):
                 break
+            sent += 1
+            # The first request may take all the time there is: it is the one that finds
+            # out whether the server answers at all (a server just restarted takes longer).
+            timeout = deadline.remaining()
             result = post_event(
-                url,
-                _dumps(entry["body"]).encode("ascii"),
-                token=token,
-                key=entry["key"],
-                timeout=deadline.remaining(),
-            )
+                url, _dumps(entry["body"]).encode("ascii"), token=token, key=entry["key"],
+                timeout=timeout,
+            )  # fmt: skip
+            result.timed_out = result.timed_out and timeout >= HUNG_SECONDS
+            if result.status is not None and patience is not None:
+                deadline = Deadline(patience)
+                if on_answer is not None:
+                    on_answer()
             if result.delivered or not result.retryable:
                 done.add(entry["key"])
             elif result.status in _IN_FLIGHT:
@@ -1103,6 +1159,52 @@ def outbox_replay(outbox: StrPath, *, url: str, token: str, deadline: Deadline) 
         return stalled
 
 
+# --- a server that does not answer ---------------------------------------------------------
+
+
+def _down_marker(outbox: str) -> str:
+    return outbox + ".down"
+
+
+def server_marked_down(outbox: str, endpoint: str) -> bool | None:
+    """Whether a hook found ``endpoint`` hung less than ``DOWN_SECONDS`` ago: True, False
+    for an older mark (to clear once the server answers), None for no mark of this server."""
+    marker = _down_marker(outbox)
+    try:
+        with open(marker, "rb") as handle:
+            if handle.read(4096) != endpoint.encode("utf-8", "replace"):
+                return None
+            age = time.time() - os.fstat(handle.fileno()).st_mtime
+    except OSError:
+        return None
+    return -DOWN_SECONDS < age < DOWN_SECONDS  # else stale, or from a clock set back
+
+
+def server_mark_down(outbox: str, endpoint: str) -> None:
+    """Record that ``endpoint`` let this hook wait without an answer; best-effort."""
+    marker = _down_marker(outbox)
+    temp = f"{marker}.{os.getpid()}.tmp"
+    try:
+        _ensure_dir(os.path.dirname(marker) or ".")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(endpoint.encode("utf-8", "replace"))
+        os.replace(temp, marker)  # a reader never sees half a URL
+    except OSError:
+        try:  # noqa: SIM105 (contextlib takes longer to import than the request)
+            os.unlink(temp)
+        except OSError:
+            pass
+
+
+def server_clear_down(outbox: str) -> None:
+    """The server answered: the hooks may wait for it again."""
+    try:  # noqa: SIM105 (contextlib takes longer to import than the request)
+        os.unlink(_down_marker(outbox))
+    except OSError:
+        pass
+
+
 # --- main -----------------------------------------------------------------------------------
 
 
@@ -1126,10 +1228,19 @@ class Watchdog:
 
     def __init__(self, seconds: float) -> None:
         self.on_expiry: Callable[[], None] | None = None
-        _thread.start_new_thread(self._run, (seconds,))
+        self.end = time.monotonic() + seconds
+        _thread.start_new_thread(self._run, ())
 
-    def _run(self, seconds: float) -> None:
-        time.sleep(seconds)
+    def extend(self, seconds: float) -> None:
+        """Fire no earlier than ``seconds`` from now: the server answered, the hook goes on."""
+        self.end = max(self.end, time.monotonic() + seconds)
+
+    def _run(self) -> None:
+        while True:
+            left = self.end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(left)
         try:
             if self.on_expiry is not None:
                 self.on_expiry()
@@ -1176,7 +1287,6 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     if notify:
         argv, argument = [arg for arg in argv[:-1] if arg != "--notify"], argv[-1]
     options = parse_args(argv)
-    deadline = Deadline(options.timeout)
     guard = Watchdog(options.timeout + WATCHDOG_GRACE_SECONDS) if watchdog else None
     if notify:
         import io  # already loaded by the interpreter: costs nothing
@@ -1213,35 +1323,72 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
         if sync is not None:
             sync.commit()  # the outbox carries what it found now
 
+    marked = server_marked_down(options.outbox, options.endpoint)
+    if marked:
+        # Another hook waited out its deadline on this server a moment ago: this one would
+        # only wait as long. The outbox carries the event, replayed once the mark is stale.
+        queue()
+        return f"the server did not answer a moment ago; event queued in {options.outbox}"
+
+    def queue_hung() -> None:
+        # The watchdog: stuck in a request past the deadline, so the next hooks need not be.
+        server_mark_down(options.outbox, options.endpoint)
+        queue()
+
+    # The timeout is the wait for the server: the reading above (Stop waits for the
+    # transcript to hold the turn's last response) does not count against it.
+    deadline = Deadline(options.timeout)
     if guard is not None:
-        guard.on_expiry = queue
+        guard.extend(options.timeout + WATCHDOG_GRACE_SECONDS)
+        guard.on_expiry = queue_hung
     body = _dumps(payload).encode("ascii")
     # Queued events first, oldest first, so that the server sees the session in the order
-    # it happened; they get at most half the time left, the live event keeps the rest.
+    # it happened. The first may take all the time left (it finds out whether the server
+    # answers at all); while the server answers, the others go on for REPLAY_SECONDS.
+    answered = []
+
+    def on_answer() -> None:
+        answered.append(True)
+        if guard is not None:
+            guard.extend(options.timeout + WATCHDOG_GRACE_SECONDS)
+
     stalled = outbox_replay(
         options.outbox,
         url=options.endpoint,
         token=token,
-        deadline=Deadline(deadline.remaining() * REPLAY_SHARE),
+        deadline=deadline,
+        share=Deadline(max(deadline.remaining() * REPLAY_SHARE, REPLAY_SECONDS)),
+        patience=options.timeout,
+        on_answer=on_answer,
     )
     if stalled is not None:
         # Sent now, the live event could overtake a queued one the server takes later: it
         # joins the queue behind them, and the agent goes on without waiting any longer.
         # (The watchdog stays armed while it is queued: at worst a line twice, one key.)
+        if stalled.timed_out:
+            server_mark_down(options.outbox, options.endpoint)
         queue()
         if guard is not None:
             guard.on_expiry = None
         return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
-    result = post_event(options.endpoint, body, token=token, key=key, timeout=deadline.remaining())
+    # After answers to the replay the server is known to be up: the whole timeout again.
+    timeout = options.timeout if answered else deadline.remaining()
+    if answered and guard is not None:
+        guard.extend(timeout + WATCHDOG_GRACE_SECONDS)
+    result = post_event(options.endpoint, body, token=token, key=key, timeout=timeout)
     if sync is not None and (result.delivered or result.status in SYNC_REFUSED):
         sync.commit()
     if guard is not None:
         guard.on_expiry = None
+    if result.status is not None and marked is not None:
+        server_clear_down(options.outbox)
     if result.delivered:
         emit_reply(result.body, stdout)
         return ""
     if not result.retryable:
         return f"the server refused the event ({result.describe()}); not queued"
+    if result.timed_out and timeout >= HUNG_SECONDS:
+        server_mark_down(options.outbox, options.endpoint)
     queue()
     return f"{result.describe()}; event queued in {options.outbox}"
 

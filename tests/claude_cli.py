@@ -15,12 +15,15 @@ plugin of the suite (``conftest.py``), for every test file that drives the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -215,3 +218,69 @@ def claude(
     cli.home.mkdir()
     cli.install_hooks(hook_service.url)
     return cli
+
+
+class HungServer:
+    """A loopback socket that accepts connections and never answers them (a server whose
+    workers hang), on ``port`` (0: a free one) until ``stop()`` or ``lifetime`` seconds;
+    ``accepted`` counts the connections made to it, ``hook_requests`` those that asked for a
+    hook route (not, say, Claude Code's MCP client)."""
+
+    def __init__(self, port: int = 0, *, lifetime: float = 300.0) -> None:
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", port))
+        self.listener.listen(64)
+        self.port = int(self.listener.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.held: list[socket.socket] = []
+        self.paths: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+        self._timer = threading.Timer(lifetime, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+
+    @property
+    def accepted(self) -> int:
+        with self._lock:
+            return len(self.held)
+
+    @property
+    def hook_requests(self) -> int:
+        with self._lock:
+            return sum(path.startswith("/api/hooks/") for path in self.paths)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                with self._lock:
+                    self.held.append(conn)
+                threading.Thread(target=self._read_path, args=(conn,), daemon=True).start()
+
+    def _read_path(self, conn: socket.socket) -> None:
+        """Read the request line (and never answer)."""
+        head = b""
+        with contextlib.suppress(OSError):
+            conn.settimeout(10)
+            while b"\r\n" not in head and len(head) < 8192:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+        parts = head.split(b" ", 2)
+        with self._lock:
+            self.paths.append(parts[1].decode("latin-1") if len(parts) > 2 else "")
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
+        self.listener.close()
+        with self._lock:
+            for conn in self.held:
+                conn.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)

@@ -269,6 +269,84 @@ def test_the_watchdog_queues_the_event_and_exits_0_when_the_request_hangs(env, o
     assert proc.stderr == b"signet-hook: deadline reached\n"
     assert 1.4 < time.monotonic() - started < 10
     assert len(outbox_entries(outbox)) == 1
+    # Stuck past its deadline: the next hooks of the minute need not be.
+    endpoint = f"{signet_hook.DEFAULT_URL}/api/hooks/claude-code/"
+    assert signet_hook.server_marked_down(str(outbox), endpoint)
+
+
+def down_marker(outbox: Path) -> Path:
+    return outbox.with_name(outbox.name + ".down")
+
+
+def test_a_hook_that_waited_on_a_hung_server_spares_the_next_ones_the_wait(env, outbox):
+    # Claude Code runs several hooks a turn: only the first may wait on a server that
+    # accepts and never answers; those that follow within the minute queue at once.
+    with hanging_server() as (url, accepted):
+        first = run_hook(env, PROMPT, "--url", url, "--timeout", "0.5")
+        later = [run_hook(env, PROMPT, "--url", url, "--timeout", "0.5") for _ in range(3)]
+
+        assert accepted() == 1
+    assert first.stderr.startswith(b"signet-hook: server unreachable (timed out); event queued")
+    for proc in later:
+        assert proc.returncode == 0
+        assert proc.stdout == b""
+        assert proc.stderr.startswith(b"signet-hook: the server did not answer a moment ago")
+    entries = outbox_entries(outbox)
+    assert len(entries) == 4  # every event kept, to be replayed
+    assert len({entry["key"] for entry in entries}) == 4
+    assert down_marker(outbox).read_text() == f"{url}/api/hooks/claude-code/"
+
+
+def test_after_a_minute_the_hung_server_is_tried_again_and_the_events_replayed(env, outbox):
+    with recording_server() as (url, received):
+        # The server hung a moment ago (its mark), two events were queued meanwhile.
+        endpoint = f"{url}/api/hooks/claude-code/"
+        marker = down_marker(outbox)
+        outbox.parent.mkdir(parents=True)
+        marker.write_text(endpoint)
+        write_outbox(outbox, queued("k1", url), queued("k2", url))
+        queued_too = run_hook(env, PROMPT, "--url", url)
+        assert received == []
+        assert b"did not answer a moment ago" in queued_too.stderr
+        stale = time.time() - signet_hook.DOWN_SECONDS - 1
+        os.utime(marker, (stale, stale))
+
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert proc.stderr == b""
+    keys = [r.headers["Idempotency-Key"] for r in received]
+    assert len(keys) == 4  # the three queued, oldest first, then the live one
+    assert keys[:2] == ["k1", "k2"]
+    assert outbox_entries(outbox) == []
+    assert not marker.exists()
+
+
+def test_a_refused_connection_marks_nothing_the_next_hook_tries_again(env, outbox):
+    run_hook(env, PROMPT, "--url", closed_port_url())
+
+    assert not down_marker(outbox).exists()
+    assert len(outbox_entries(outbox)) == 1
+
+
+def test_a_replay_that_got_no_answer_marks_the_server_too(env, outbox):
+    with hanging_server() as (url, accepted):
+        write_outbox(outbox, queued("k1", url))
+        run_hook(env, PROMPT, "--url", url, "--timeout", "1")
+        run_hook(env, PROMPT, "--url", url, "--timeout", "1")
+
+        assert accepted() == 1
+    assert len(outbox_entries(outbox)) == 3
+
+
+def test_a_mark_for_another_server_does_not_hold_this_one_back(env, outbox):
+    outbox.parent.mkdir(parents=True)
+    down_marker(outbox).write_text("http://127.0.0.1:9/api/hooks/claude-code/")
+    with recording_server((200, REPLY)) as (url, received):
+        proc = run_hook(env, PROMPT, "--url", url)
+
+    assert proc.stdout == REPLY
+    assert len(received) == 1
+    assert down_marker(outbox).exists()  # that server's mark is that server's business
 
 
 @pytest.mark.parametrize("stdin", [b"", b"not json {", b"[1, 2]", b"\xff\xfe"])

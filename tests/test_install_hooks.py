@@ -85,7 +85,7 @@ def session_start_command(
     token_env: str,
     python: str = f'"{REAL_PYTHON}"',
     script: Path = HOOK_SCRIPT,
-    timeout: int | None = None,
+    timeout: float | None = None,
 ) -> str:
     client_timeout = f" --timeout {timeout}" if timeout else ""
     return (
@@ -157,42 +157,25 @@ def test_install_into_fixture_adds_every_event_and_keeps_foreign_hooks(settings_
     found = signet_handlers(after)
     assert sorted(found) == sorted(EVENTS)
     assert all(len(handlers) == 1 for handlers in found.values())
-    assert found["UserPromptSubmit"][0] == {
-        "type": "http",
-        "url": "http://signet.test:9000/api/hooks/claude-code/",
-        "timeout": 5,
-        "headers": {"Authorization": "Bearer $MY_TOKEN"},
-        "allowedEnvVars": ["MY_TOKEN"],
-        "_matcher": None,
-    }
-    assert found["PostToolUse"][0]["_matcher"] == "Edit|Write|MultiEdit|NotebookEdit"
-    assert found["PreCompact"][0] == {
-        "type": "command",
-        "command": session_start_command(
-            url="http://signet.test:9000", token_env="MY_TOKEN", timeout=25
-        ),
-        "timeout": 30,
-        "_matcher": None,
-    }
-    assert found["PostCompact"][0]["timeout"] == 10
-    assert found["Stop"][0] == {
-        "type": "command",
-        "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),
-        "timeout": 10,
-        "_matcher": None,
-    }
-    assert found["SessionEnd"][0] == {
-        "type": "command",
-        "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),
-        "timeout": 10,
-        "_matcher": None,
-    }
-    assert found["SessionStart"][0] == {
-        "type": "command",
-        "command": session_start_command(url="http://signet.test:9000", token_env="MY_TOKEN"),
-        "timeout": 10,
-        "_matcher": "startup|resume|clear|compact",
-    }
+    # Every event a command (the client can tell that the server just hung, and queue at
+    # once), each with a short deadline of its own, PreCompact's longer.
+    for event, matcher, timeout, client_timeout in (
+        ("SessionStart", "startup|resume|clear|compact", 10, 0.5),
+        ("UserPromptSubmit", None, 5, 0.5),
+        ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, 0.5),
+        ("PreCompact", None, 10, 2.0),
+        ("PostCompact", None, 10, 0.5),
+        ("Stop", None, 10, 0.5),
+        ("SessionEnd", None, 10, 0.5),
+    ):
+        assert found[event][0] == {
+            "type": "command",
+            "command": session_start_command(
+                url="http://signet.test:9000", token_env="MY_TOKEN", timeout=client_timeout
+            ),
+            "timeout": timeout,
+            "_matcher": matcher,
+        }
     assert result.interpreter == REAL_PYTHON
     # The foreign SessionStart group comes first, Signet's after it.
     assert after["hooks"]["SessionStart"][0] == original["hooks"]["SessionStart"][0]
@@ -209,9 +192,7 @@ def test_install_into_missing_file_creates_it_with_parents(tmp_path):
     settings = load(target)
     assert list(settings) == ["hooks"]
     assert list(settings["hooks"]) == EVENTS
-    assert signet_handlers(settings)["PostCompact"][0]["url"] == (
-        "http://127.0.0.1:8000/api/hooks/claude-code/"
-    )
+    assert "--url http://127.0.0.1:8000 " in signet_handlers(settings)["PostCompact"][0]["command"]
     assert backups(target.parent) == []
 
 
@@ -281,8 +262,7 @@ def test_changing_url_or_token_env_replaces_instead_of_duplicating(settings_file
     assert result.changed
     assert result.removed == sorted(EVENTS)
     assert all(len(handlers) == 1 for handlers in found.values())
-    assert found["PostCompact"][0]["url"] == "https://signet.example/api/hooks/claude-code/"
-    assert found["PostCompact"][0]["headers"] == {"Authorization": "Bearer $ST"}
+    assert "--url https://signet.example --token-env ST" in found["PostCompact"][0]["command"]
     assert "--url https://signet.example --token-env ST" in found["Stop"][0]["command"]
     assert "--url https://signet.example --token-env ST" in found["SessionStart"][0]["command"]
     assert "SIGNET_TOKEN" not in settings_file.read_text()
@@ -366,7 +346,7 @@ def test_the_token_value_is_never_written(tmp_path, monkeypatch):
 
     text = target.read_text()
     assert "sgt_live_secret_value_123" not in text
-    assert "$SIGNET_TOKEN" in text
+    assert "--token-env SIGNET_TOKEN" in text
 
 
 def test_writes_through_a_symlink(tmp_path):
@@ -451,7 +431,7 @@ def test_without_a_real_interpreter_the_command_falls_back_to_python3(
 
     assert result.interpreter == "python3"
     assert installed_command(tmp_path / "s.json") == session_start_command(
-        url="http://127.0.0.1:8000", token_env="SIGNET_TOKEN", python="python3"
+        url="http://127.0.0.1:8000", token_env="SIGNET_TOKEN", python="python3", timeout=0.5
     )
 
 
@@ -491,11 +471,11 @@ def test_management_command_installs_and_uninstalls(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"Created {target}" in out
     assert "SessionStart, UserPromptSubmit, PostToolUse" in out
-    assert f"SessionStart, PreCompact and Stop run with: {REAL_PYTHON}" in out
+    assert f"All hooks run with: {REAL_PYTHON}" in out
     assert "export TEAM_SIGNET=..." in out
     assert "create_token --user NAME --scopes ingest,read,write" in out
-    assert signet_handlers(load(target))["PostCompact"][0]["url"] == (
-        "http://10.0.0.5:8000/api/hooks/claude-code/"
+    assert (
+        "--url http://10.0.0.5:8000 " in signet_handlers(load(target))["PostCompact"][0]["command"]
     )
 
     call_command(
@@ -535,9 +515,7 @@ def test_management_command_takes_an_interpreter(tmp_path, capsys):
     )
 
     assert installed_command(target).startswith(f'"{sys.executable}" -I -S -c ')
-    assert (
-        f"SessionStart, PreCompact and Stop run with: {sys.executable}" in capsys.readouterr().out
-    )
+    assert f"All hooks run with: {sys.executable}" in capsys.readouterr().out
     with pytest.raises(CommandError, match="not an executable"):
         call_command(
             "install_hooks", "claude-code", "--settings-file", str(target), "--python", "nope9"
@@ -555,13 +533,16 @@ def test_management_command_defaults_to_the_home_settings(tmp_path, monkeypatch,
 @pytest.mark.parametrize(
     ("event", "timeout", "command_end"),
     [
-        ("PreCompact", 30, "--timeout 25 claude-code"),
-        ("Stop", 10, "--token-env SIGNET_TOKEN claude-code"),
+        ("PreCompact", 10, "--timeout 2.0 claude-code"),
+        ("Stop", 10, "--timeout 0.5 claude-code"),
+        ("UserPromptSubmit", 5, "--timeout 0.5 claude-code"),
+        ("PostToolUse", 5, "--timeout 0.5 claude-code"),
+        ("PostCompact", 10, "--timeout 0.5 claude-code"),
     ],
 )
 def test_reinstall_upgrades_an_http_hook_to_the_command(tmp_path, event, timeout, command_end):
-    """An install from before the client read transcripts had PreCompact and Stop as http
-    hooks; running the installer again makes them commands."""
+    """Earlier installs had PreCompact and Stop, later prompts, edits and PostCompact, as
+    http hooks; running the installer again makes them commands."""
     target = tmp_path / "settings.json"
     install_claude_code(target)
     settings = load(target)

@@ -261,10 +261,7 @@ class Command(BaseCommand):
                         f"  replaced earlier Signet entries in: {', '.join(result.removed)}"
                     )
                 # Pinned by path: removing that Python breaks the hook until the next install.
-                which = (
-                    "SessionStart, PreCompact and Stop" if harness == "claude-code" else "All hooks"
-                )
-                self.stdout.write(f"  {which} run with: {result.interpreter}")
+                self.stdout.write(f"  All hooks run with: {result.interpreter}")
         if result.backup_path is not None:
             self.stdout.write(f"  backup: {result.backup_path}")
         if not uninstall:
