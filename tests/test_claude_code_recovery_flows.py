@@ -4,6 +4,7 @@ session a new one recovers from (issue #29, findings 6-8)."""
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from checkpoints.models import Session
 from checkpoints.services.recovery import HEADER
 from tests.model_api import ModelAPI, text, tool_use
+from tests.test_claude_code_outage import Tui, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -63,9 +65,9 @@ def test_the_model_never_holds_more_than_one_recovery_block(claude, model_api):
     assert after_clear.returncode == 0, after_clear.stderr
 
     counts = [_blocks(request["body"]) for request in model_api.requests]
-    assert len(counts) > after_compaction
     assert max(counts) <= 1, counts
-    assert counts[after_compaction] == 1, counts
+    turn = next(r for r in model_api.requests[after_compaction:] if r["kind"] == "turn")
+    assert _blocks(turn["body"]) == 1, counts
 
 
 def test_a_new_session_recovers_the_substantive_session_not_a_later_ping(claude, model_api):
@@ -99,3 +101,44 @@ def test_a_new_session_recovers_the_substantive_session_not_a_later_ping(claude,
     assert ping.session_id not in block
     assert "VAT step 2: round per invoice line" in block
     assert Session.objects.get(session_key=work).prompt_count == 3
+
+
+def test_in_the_tui_a_compaction_after_a_startup_recovery_holds_one_block(
+    claude, model_api, tmp_path
+):
+    """The TUI: a new session handed the project's recovery at startup, three turns, /compact:
+    at most one block in every request, and the compaction's own (this session's) after it.
+    (Unlike a headless resume's, the startup context is not kept across the compaction.)"""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    model_api.script.append([text("Writing."), tool_use("Write", {
+        "file_path": str(claude.project / "vat.py"), "content": "RATE = 20\n",
+    })])  # fmt: skip
+    model_api.script.append([text("Wrote it.")])
+    earlier = claude.run("Add a VAT rate constant")
+    assert claude.run("Round per line", "--resume", earlier.session_id).returncode == 0
+    started = len(model_api.requests)
+    tui = Tui(claude, f"signet-{tmp_path.name}")
+    try:
+        tui.start()
+        for prompt in ("Carry on", "Now the PDF", "And the totals"):
+            sent = len(model_api.requests)
+            tui.send(prompt)
+            assert wait_until(lambda sent=sent: len(model_api.requests) > sent), tui.screen()
+            assert wait_until(lambda: "esc to interrupt" not in tui.screen()), tui.screen()
+        before = len(model_api.requests)
+        tui.send("/compact")
+        assert wait_until(lambda: "Compacted" in tui.screen(), timeout=90), tui.screen()
+        after_compaction = len(model_api.requests)
+        assert after_compaction > before
+        tui.send("After the compaction")
+        assert wait_until(lambda: len(model_api.requests) > after_compaction), tui.screen()
+    finally:
+        tui.stop()
+
+    counts = [_blocks(request["body"]) for request in model_api.requests[started:]]
+    assert max(counts) <= 1, counts
+    turn = next(r for r in model_api.requests[after_compaction:] if r["kind"] == "turn")
+    first = ModelAPI.request_text(turn["body"])
+    assert first.count(HEADER) == 1
+    assert "pre-compaction checkpoint of this session" in first
