@@ -1134,6 +1134,8 @@ def outbox_replay(
                 if entry.get("stalls", 0) < MAX_REPLAY_STALLS:
                     stalled = result
                     stalled_key = entry["key"]
+                elif result.timed_out:
+                    stalled = result  # not this entry: the server answers nothing now
                 break
             elif result.status in (429, 503):
                 break  # the server went away or asks to slow down; a 500 may be this entry's

@@ -321,6 +321,17 @@ def test_after_a_minute_the_hung_server_is_tried_again_and_the_events_replayed(e
     assert not marker.exists()
 
 
+def test_a_hung_server_is_marked_even_on_an_entry_that_no_longer_holds_events_back(env, outbox):
+    with hanging_server() as (url, accepted):
+        write_outbox(outbox, {**queued("k1", url), "stalls": signet_hook.MAX_REPLAY_STALLS})
+        run_hook(env, PROMPT, "--url", url, "--timeout", "0.5")
+        run_hook(env, PROMPT, "--url", url, "--timeout", "0.5")
+
+        assert accepted() == 1
+    entries = outbox_entries(outbox)
+    assert (len(entries), entries[0]["key"]) == (3, "k1")
+
+
 def test_a_refused_connection_marks_nothing_the_next_hook_tries_again(env, outbox):
     run_hook(env, PROMPT, "--url", closed_port_url())
 
