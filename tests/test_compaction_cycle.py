@@ -129,7 +129,9 @@ def test_a_replayed_prompt_counts_but_never_injects_and_keeps_the_clock(hook, cl
     worked_on(hook, clock)
     run(hook, clock, ["pre", "post"])  # recovery now owed to the next live prompt
     before = Session.objects.get()
-    late = queued(payload("user_prompt_submit", prompt="an old prompt"), 10, clock)
+    late = queued(
+        payload("user_prompt_submit", prompt="an old prompt", prompt_id="p-old"), 10, clock
+    )
     response = send(hook, late)
     assert context_of(response) == ""
     after = Session.objects.get()

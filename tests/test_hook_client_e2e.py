@@ -112,7 +112,9 @@ def test_down_service_fails_open_and_the_outbox_replays_exactly_once(service, tm
 
     # Service down: the agent sees exit 0 and no output; both events wait in the outbox.
     for number in (1, 2):
-        body = fixture_payload("user_prompt_submit", prompt=f"queued prompt {number}")
+        body = fixture_payload(
+            "user_prompt_submit", prompt=f"queued prompt {number}", prompt_id=f"p-{number}"
+        )
         result = run_hook(service.url, token, outbox, body)
         assert result.returncode == 0
         assert result.stdout == b""

@@ -367,3 +367,33 @@ def test_a_transcript_path_that_is_not_a_file_is_not_read(tmp_path):
     )
 
     assert found is None
+
+
+@pytest.mark.django_db
+def test_a_prompt_whose_own_backlog_holds_it_counts_once(hook, clock):
+    send(hook, payload("session_start_startup"))
+    body = payload("user_prompt_submit", prompt="Add the VAT rate", prompt_id="p-1")
+    body["signet"] = {"sync": {"events": [
+        {"type": "prompt", "id": "p-1", "text": "Add the VAT rate", "at": at(clock)},
+    ]}}  # fmt: skip
+
+    assert send(hook, body, **{"Idempotency-Key": "ups-1"}).status_code == 200
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.prompt_count == 1
+    assert session.recent_prompts == ["Add the VAT rate"]
+
+
+@pytest.mark.django_db
+def test_a_queued_prompt_a_later_backlog_applied_first_counts_nothing_again(hook, clock):
+    send(hook, payload("session_start_startup"))
+    queued_at = clock.now
+    clock.advance(minutes=1)
+    # The outbox let the Stop past the prompt that stalled before it.
+    stop_with(hook, [{"type": "prompt", "id": "p-1", "text": "Add the VAT rate", "at": at(clock)}])
+    late = payload("user_prompt_submit", prompt="Add the VAT rate", prompt_id="p-1")
+    late["signet"] = {"queued_at": queued_at.isoformat()}
+
+    assert send(hook, late, **{"Idempotency-Key": "ups-1"}).status_code == 200
+
+    assert Session.objects.get(session_key=SESSION).prompt_count == 1

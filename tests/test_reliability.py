@@ -341,7 +341,9 @@ def test_the_hook_client_fails_open_while_down_and_replays_in_order_exactly_once
     session = "down-1"
 
     def hook(prompt: str, timeout: float = HOOK_TIMEOUT) -> Any:
-        body = fixture("user_prompt_submit", session_id=session, prompt=prompt)
+        # Each prompt its own id, as Claude Code gives it: a replayed prompt whose id the
+        # session has already applied counts nothing again.
+        body = fixture("user_prompt_submit", session_id=session, prompt=prompt, prompt_id=prompt)
         return run_hook(service.url, service.token, outbox, body, timeout)
 
     # Nothing listens on the port: refused at once, queued.

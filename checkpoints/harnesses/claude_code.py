@@ -5,12 +5,12 @@ Only SessionStart and UserPromptSubmit can add context, at most 10,000 character
 other reply is an empty success, and no reply ever carries a blocking decision. A prompt
 starting with ``#`` or ``/remember`` is a note to keep.
 
-UserPromptSubmit, PostToolUse and PostCompact are ``http`` hooks, which Claude Code posts
-once and never again: what the server missed (an outage) the hook client finds in the
-transcript and sends with its next event as ``signet.sync``. Both name a prompt by the same
-id (the hook's ``prompt_id``, the transcript line's ``promptId``, since 2.1.196), an edit by
-its ``tool_use_id`` and a compaction by the prompt it happened in: the ``delivery_key``
-that lets the engine apply each once.
+What the server missed of the prompts, edits and compactions (``http`` hooks, which Claude
+Code posts once, in installs not yet upgraded; an outbox that dropped its oldest) the hook
+client finds in the transcript and sends with its next event as ``signet.sync``. Both name
+a prompt by the same id (the hook's ``prompt_id``, the transcript line's ``promptId``, since
+2.1.196), an edit by its ``tool_use_id`` and a compaction by the prompt it happened in: the
+``delivery_key`` that lets the engine apply each once.
 """
 
 from __future__ import annotations

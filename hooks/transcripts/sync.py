@@ -1,13 +1,13 @@
 """What a Claude Code transcript holds that the server may have missed, since the last event.
 
-Claude Code posts UserPromptSubmit, PostToolUse and PostCompact itself (``http`` hooks), once
-and with no retry: in an outage they are lost, though the transcript holds them. Each command
-hook (SessionStart, PreCompact, Stop, SessionEnd) therefore sends, as ``signet.sync``, the
-prompts, edits and compactions written to the transcript since the previous command hook of
-the session, whether or not the server got them: each carries the id both sides know (the
-line's ``promptId`` is the hook's ``prompt_id``; a ``tool_use`` block's ``id`` is
-PostToolUse's ``tool_use_id``), and the server applies what it lacks, once and in order
-(``checkpoints/services/engine/backlog.py``).
+Claude Code posts ``http`` hooks itself, once and with no retry (UserPromptSubmit,
+PostToolUse and PostCompact were, in earlier installs): in an outage they are lost, though
+the transcript holds them; and an outbox full for too long drops its oldest events. So each
+hook event sends, as ``signet.sync``, the prompts, edits and compactions written to the
+transcript since the previous one of the session, whether or not the server got them: each
+carries the id both sides know (the line's ``promptId`` is the hook's ``prompt_id``; a
+``tool_use`` block's ``id`` is PostToolUse's ``tool_use_id``), and the server applies what
+it lacks, once and in order (``checkpoints/services/engine/backlog.py``).
 
 Where the last one stopped is kept per session in a small file beside the outbox
 (``<outbox folder>/sync/<session_id>.json``: the transcript's path and a byte offset at a
@@ -16,7 +16,7 @@ carries it. The first event of a session seen here starts at the transcript's en
 came before was not ours to send). Each event reads at most ``SYNC_MAX_BYTES`` and sends at
 most ``SYNC_MAX_EVENTS``; the next takes over where it stopped, so any outage is caught up.
 
-Standard library, and only what the hook has loaded: it runs at every Stop.
+Standard library, and only what the hook has loaded: it runs at every event.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from checkpoints.services.engine.backlog import (
     backlog_apply,
     delivery_digest,
     delivery_record,
+    delivery_seen,
 )
 from checkpoints.services.engine.handlers import HANDLERS, Step, tasks_record
 from checkpoints.services.events import event_prepare, facts_content
@@ -172,19 +173,29 @@ def _apply(
         and pressure_usage_record(session=session, usage=event.usage, config=config)
         and pending_mark(session=session, now=now)
     )
-    # What the client found in the transcript happened before the event that carries it.
-    backlog_marked = bool(event.backlog) and backlog_apply(
-        session=session, events=event.backlog, config=config, now=now
+    # What the client found in the transcript happened before the event that carries it;
+    # the event itself, if the transcript holds it already, is its own handler's.
+    backlog = tuple(
+        item
+        for item in event.backlog
+        if not event.delivery_key or item.delivery_key != event.delivery_key
+    )
+    backlog_marked = bool(backlog) and backlog_apply(
+        session=session, events=backlog, config=config, now=now
     )
     # Like the usage, a late task list is stale.
     if event.tasks is not None and not replayed:
         tasks_record(session=session, tasks=event.tasks)
-    step = HANDLERS[event.kind](session, event, config, now, content)
-    # Remembered, so that a client's backlog does not apply it again. (Applied whatever
-    # is remembered: the harness posts it once, before a client can find it.)
     digest = delivery_digest(event=event)
-    if digest:
-        delivery_record(session=session, digest=digest, happened_at=now)
+    if digest and replayed and delivery_seen(session=session, digest=digest):
+        # Queued, and overtaken by a later event whose backlog applied it (an outbox lets
+        # newer events past one that stalled too often, and may drop its oldest).
+        step = Step()
+    else:
+        step = HANDLERS[event.kind](session, event, config, now, content)
+        # Remembered, so that a client's backlog does not apply it again.
+        if digest:
+            delivery_record(session=session, digest=digest, happened_at=now)
     step.newly_pending = step.newly_pending or usage_marked or backlog_marked
     activity_mark(session=session, now=now, replayed=replayed)
     return step

@@ -1,19 +1,23 @@
 """Events a harness posted itself, and the same events a client found later in the
 transcript: each applied once, and in the order they happened.
 
-Some harnesses post events without a client of ours (Claude Code's ``http`` hooks), once and
-never again: in an outage they are lost. The next event a client sends carries what it found
-in the transcript since its last one (``Event.backlog``), including what did arrive. Each
-names what happened by the harness's own id (``Event.delivery_key``), the same either way.
+Some events reach the server only once or never: a harness posts them itself (Claude Code's
+``http`` hooks, in installs not yet upgraded to commands), or a client's outbox drops its
+oldest, or a hook is killed before it queues. The next event a client sends carries what it
+found in the transcript since its last one (``Event.backlog``), including what did arrive.
+Each names what happened by the harness's own id (``Event.delivery_key``), the same either
+way.
 
 What counts twice if applied twice (a prompt, which is counted; a compaction's summary, which
 a newer one must not be replaced by) is remembered on the session as the digest of its key
 and the time it happened, the last ``DELIVERED_KEEP`` of them (``Session.delivered_keys``):
-a backlog event found there is skipped. A client sends what happened since its last event
-(each hook runs at least once a turn), so a live event it finds again was applied at most
-a few turns before; only a run of more than ``DELIVERED_KEEP`` prompts whose hooks all
-arrived while every client event failed could count one twice. An edit needs no memory: its
-file is added only if the session does not list it yet.
+a backlog event found there is skipped, and so is a queued event that a later one's backlog
+applied first (an outbox lets newer events past one that stalled too often). A client sends
+what happened since its last event (each hook runs at least once a turn), so an event it
+finds again was applied at most a few turns before; only a run of more than
+``DELIVERED_KEEP`` prompts that all arrived while every event that carries a backlog failed
+could count one twice. An edit needs no memory: its file is added only if the session does
+not list it yet.
 
 Order: a prompt the server missed goes into the recent prompts before those that happened
 after it (the times remembered with the digests say which), not after the ones that arrived
