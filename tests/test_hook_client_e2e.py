@@ -11,12 +11,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from importlib import import_module
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
+from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
@@ -48,6 +50,9 @@ class Service:
         self._server: _ThreadingServer | None = None
 
     def start(self) -> None:
+        # As signet_site/wsgi.py does: the URLconf imported before the first request, which
+        # a hook waits on for half a second only before taking the server for hung.
+        import_module(settings.ROOT_URLCONF)
         self._server = make_server(
             "127.0.0.1",
             self.port,
