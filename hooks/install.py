@@ -71,7 +71,7 @@ HOOK_BOOTSTRAP = (
 CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
     ("SessionStart", "startup|resume|clear|compact", 10, "command"),
     ("UserPromptSubmit", None, 5, "command"),
-    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, "command"),
+    ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 15, "command"),
     ("PreCompact", None, 10, "command"),
     ("PostCompact", None, 10, "command"),
     ("Stop", None, 10, "command"),
@@ -83,13 +83,13 @@ CLAUDE_CODE_EVENTS: tuple[tuple[str, str | None, int, str], ...] = (
 # these. PreCompact (the emergency checkpoint, the one the next session depends on) gets
 # more, within a compaction's share.
 CLIENT_TIMEOUTS = {
-    "SessionStart": 0.5,
-    "UserPromptSubmit": 0.5,
-    "PostToolUse": 0.5,
+    "SessionStart": 0.8,
+    "UserPromptSubmit": 0.8,
+    "PostToolUse": 0.8,
     "PreCompact": 2.0,
-    "PostCompact": 0.5,
-    "Stop": 0.5,
-    "SessionEnd": 0.5,
+    "PostCompact": 0.8,
+    "Stop": 0.8,
+    "SessionEnd": 0.8,
 }
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -95,6 +95,11 @@ DOWN_SECONDS = 60.0
 # ...only a request that was given this long, though: one sent with a sliver of the deadline
 # left (after a long replay) proves nothing.
 HUNG_SECONDS = 0.25
+# A body takes time to send and to read on the server's side beyond the wait for an answer:
+# a big edit's (Claude Code's PostToolUse of a Write carries the file twice) gets a second
+# more per this many bytes, up to BODY_MAX_EXTRA_SECONDS, before the server counts as hung.
+BODY_BYTES_PER_SECOND = 2 * 1024 * 1024
+BODY_MAX_EXTRA_SECONDS = 10.0
 GIT_MAX_LEVELS = 64
 PACKED_REFS_MAX_BYTES = 1024 * 1024
 
@@ -1337,13 +1342,14 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
         server_mark_down(options.outbox, options.endpoint)
         queue()
 
+    body = _dumps(payload).encode("ascii")
     # The timeout is the wait for the server: the reading above (Stop waits for the
     # transcript to hold the turn's last response) does not count against it.
-    deadline = Deadline(options.timeout)
+    patience = options.timeout + min(len(body) / BODY_BYTES_PER_SECOND, BODY_MAX_EXTRA_SECONDS)
+    deadline = Deadline(patience)
     if guard is not None:
-        guard.extend(options.timeout + WATCHDOG_GRACE_SECONDS)
+        guard.extend(patience + WATCHDOG_GRACE_SECONDS)
         guard.on_expiry = queue_hung
-    body = _dumps(payload).encode("ascii")
     # Queued events first, oldest first, so that the server sees the session in the order
     # it happened. The first may take all the time left (it finds out whether the server
     # answers at all); while the server answers, the others go on for REPLAY_SECONDS.
@@ -1352,7 +1358,7 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     def on_answer() -> None:
         answered.append(True)
         if guard is not None:
-            guard.extend(options.timeout + WATCHDOG_GRACE_SECONDS)
+            guard.extend(patience + WATCHDOG_GRACE_SECONDS)
 
     stalled = outbox_replay(
         options.outbox,
@@ -1374,7 +1380,7 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
             guard.on_expiry = None
         return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
     # After answers to the replay the server is known to be up: the whole timeout again.
-    timeout = options.timeout if answered else deadline.remaining()
+    timeout = patience if answered else deadline.remaining()
     if answered and guard is not None:
         guard.extend(timeout + WATCHDOG_GRACE_SECONDS)
     result = post_event(options.endpoint, body, token=token, key=key, timeout=timeout)

@@ -160,13 +160,13 @@ def test_install_into_fixture_adds_every_event_and_keeps_foreign_hooks(settings_
     # Every event a command (the client can tell that the server just hung, and queue at
     # once), each with a short deadline of its own, PreCompact's longer.
     for event, matcher, timeout, client_timeout in (
-        ("SessionStart", "startup|resume|clear|compact", 10, 0.5),
-        ("UserPromptSubmit", None, 5, 0.5),
-        ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 5, 0.5),
+        ("SessionStart", "startup|resume|clear|compact", 10, 0.8),
+        ("UserPromptSubmit", None, 5, 0.8),
+        ("PostToolUse", "Edit|Write|MultiEdit|NotebookEdit", 15, 0.8),
         ("PreCompact", None, 10, 2.0),
-        ("PostCompact", None, 10, 0.5),
-        ("Stop", None, 10, 0.5),
-        ("SessionEnd", None, 10, 0.5),
+        ("PostCompact", None, 10, 0.8),
+        ("Stop", None, 10, 0.8),
+        ("SessionEnd", None, 10, 0.8),
     ):
         assert found[event][0] == {
             "type": "command",
@@ -431,7 +431,7 @@ def test_without_a_real_interpreter_the_command_falls_back_to_python3(
 
     assert result.interpreter == "python3"
     assert installed_command(tmp_path / "s.json") == session_start_command(
-        url="http://127.0.0.1:8000", token_env="SIGNET_TOKEN", python="python3", timeout=0.5
+        url="http://127.0.0.1:8000", token_env="SIGNET_TOKEN", python="python3", timeout=0.8
     )
 
 
@@ -534,10 +534,10 @@ def test_management_command_defaults_to_the_home_settings(tmp_path, monkeypatch,
     ("event", "timeout", "command_end"),
     [
         ("PreCompact", 10, "--timeout 2.0 claude-code"),
-        ("Stop", 10, "--timeout 0.5 claude-code"),
-        ("UserPromptSubmit", 5, "--timeout 0.5 claude-code"),
-        ("PostToolUse", 5, "--timeout 0.5 claude-code"),
-        ("PostCompact", 10, "--timeout 0.5 claude-code"),
+        ("Stop", 10, "--timeout 0.8 claude-code"),
+        ("UserPromptSubmit", 5, "--timeout 0.8 claude-code"),
+        ("PostToolUse", 15, "--timeout 0.8 claude-code"),
+        ("PostCompact", 10, "--timeout 0.8 claude-code"),
     ],
 )
 def test_reinstall_upgrades_an_http_hook_to_the_command(tmp_path, event, timeout, command_end):

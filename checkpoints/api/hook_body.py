@@ -3,7 +3,7 @@
 Claude Code's PostToolUse for a Write carries the file twice (``tool_input.content`` and
 again in ``tool_response``), so an edit of a 10 MB file posts 20 MB or more. Read with
 ``request.body`` and parsed with ``json.loads``, such a body would be held as bytes, again
-as text, and a third time as the parsed strings. Here a body is read into one buffer of its
+as text, and a third time as the parsed strings. Here a body is read into one buffer, up to its
 declared length, and a large one is parsed member by member: the members its adapter says it
 never reads (``payload_skips``) are checked for JSON syntax in place and never built, so the
 buffer is the only copy of them. A body within ``SIGNET_MAX_BODY_BYTES`` (every hook event
@@ -64,16 +64,15 @@ def body_of(request: HttpRequest, length: int) -> bytearray | None:
 
 def body_read(stream: Readable, length: int) -> bytearray | None:
     """The ``length`` bytes of ``stream`` in one buffer, read in steps (a single large read
-    would be buffered again by the server); None when the stream ends before them."""
-    buffer = bytearray(length)
-    view = memoryview(buffer)
-    done = 0
-    while done < length:
-        part = stream.read(min(_READ_STEP, length - done))
+    would be buffered again by the server); None when the stream ends before them. The
+    buffer grows with what arrives: a client that declares a big body and sends little
+    costs what it sent, not what it declared."""
+    buffer = bytearray()
+    while len(buffer) < length:
+        part = stream.read(min(_READ_STEP, length - len(buffer)))
         if not part:
             return None
-        view[done : done + len(part)] = part
-        done += len(part)
+        buffer += part
     return buffer
 
 
