@@ -9,8 +9,8 @@ records every request so that a test asserts on what the model received.
 What it answers is scripted: ``ModelAPI.script`` is a queue of turns, each a list of blocks
 (``text(...)`` or ``tool_use(...)``). A request that carries the CLI's tools and finds the
 queue empty gets a short text, so a turn always ends. Requests without the conversation's
-tools (a compaction's summary, a title, a topic check) never take from the queue: a
-compaction's request gets ``compact_summary``, anything else a one-line text.
+tools (a title, a topic check) and a compaction's summary request never take from the
+queue: the compaction gets ``compact_summary``, anything else a one-line text.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-# Claude Code asks for the summary with this instruction (2.1.x); the stand-in answers it
-# with a summary in the sections Claude Code's own prompt asks for.
+# Claude Code asks for the summary with this instruction (2.1.x: "a detailed summary of the
+# conversation so far"); the stand-in answers it with a summary in the sections Claude
+# Code's own prompt asks for.
 COMPACT_MARK = "summary of the conversation"
 DEFAULT_SUMMARY = (
     "<analysis>Looked at the conversation.</analysis>\n<summary>\n"
@@ -169,14 +170,16 @@ class ModelAPI:
     # Answers --------------------------------------------------------------------------------
 
     def _answer(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+        # The compaction's request carries the conversation's tools too (2.1.x: so it shares
+        # the conversation's prompt cache), with its instruction in the last user message.
+        last = body.get("messages", [{}])[-1] if body.get("messages") else {}
+        if COMPACT_MARK in self.request_text({"messages": [last]}).lower():
+            return [text(self.compact_summary)], "compact"
         if body.get("tools"):
             with self._lock:
                 if self.script:
                     return self.script.popleft(), "turn"
             return [text("Done.")], "turn"
-        last = body.get("messages", [{}])[-1] if body.get("messages") else {}
-        if COMPACT_MARK in self.request_text({"messages": [last]}).lower():
-            return [text(self.compact_summary)], "compact"
         return [text("Noted.")], "other"
 
     def _next_id(self, prefix: str) -> str:
