@@ -27,9 +27,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from rest_framework.test import APIClient
 
-from checkpoints.mcp.handshake import handshake_record, handshake_snapshot
+from checkpoints.mcp.handshake import handshake_snapshot
 from checkpoints.mcp.http import cwd_param
 from checkpoints.mcp.principal import McpPrincipal
+from checkpoints.mcp.record import handshake_record
 from checkpoints.mcp.server import _in_django
 from checkpoints.mcp.tools import checkpoint_briefs
 from checkpoints.models import Checkpoint, Session
@@ -292,7 +293,7 @@ def test_one_json_rpc_post_is_answered_in_json(owner, make_token, url):
 def test_the_handshake_snapshot_is_what_the_sdk_answers():
     assert handshake_record() == handshake_snapshot(), (
         "A tool or the SDK changed: write the snapshot again with "
-        "`python -m checkpoints.mcp.handshake`."
+        "`python -m checkpoints.mcp.record`."
     )
 
 
