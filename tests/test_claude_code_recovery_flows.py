@@ -11,7 +11,7 @@ import pytest
 
 from checkpoints.models import Session
 from checkpoints.services.recovery import HEADER
-from tests.model_api import ModelAPI, text, tool_use
+from tests.model_api import COMPACT_MARK, ModelAPI, text, tool_use
 from tests.test_claude_code_outage import Tui, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -103,6 +103,37 @@ def test_a_new_session_recovers_the_substantive_session_not_a_later_ping(claude,
     assert Session.objects.get(session_key=work).prompt_count == 3
 
 
+def _turn_after(model_api: ModelAPI, start: int, prompt: str) -> dict[str, Any] | None:
+    """The first conversation request from index ``start`` on whose text carries ``prompt``."""
+    for request in model_api.requests[start:]:
+        if request["kind"] == "turn" and prompt in ModelAPI.request_text(request["body"]):
+            return request
+    return None
+
+
+def _last_compact(model_api: ModelAPI, start: int) -> int | None:
+    """The index of the last compaction summary request from index ``start`` on (the TUI's
+    carries the tools, so it is told apart by what it asks, not by its kind)."""
+    found = None
+    for index, request in enumerate(model_api.requests[start:], start):
+        last = (request["body"].get("messages") or [{}])[-1]
+        if COMPACT_MARK in ModelAPI.request_text({"messages": [last]}).lower():
+            found = index
+    return found
+
+
+def _after(model_api: ModelAPI, start: int) -> int:
+    """The index just past the compaction's summary request (made at or after ``start``)."""
+    index = _last_compact(model_api, start)
+    assert index is not None
+    return index + 1
+
+
+def _seen(what: str, model_api: ModelAPI, tui: Tui) -> str:
+    kinds = [request["kind"] for request in model_api.requests]
+    return f"{what} within the wait; requests so far: {kinds}\n{tui.screen()}"
+
+
 def test_in_the_tui_a_compaction_after_a_startup_recovery_holds_one_block(
     claude, model_api, tmp_path
 ):
@@ -124,15 +155,23 @@ def test_in_the_tui_a_compaction_after_a_startup_recovery_holds_one_block(
         for prompt in ("Carry on", "Now the PDF", "And the totals"):
             sent = len(model_api.requests)
             tui.send(prompt)
-            assert wait_until(lambda sent=sent: len(model_api.requests) > sent), tui.screen()
+            # The turn's own request, not just any (a title or a hook's may come first).
+            assert wait_until(lambda p=prompt, s=sent: _turn_after(model_api, s, p)), _seen(
+                f"no conversation request carrying {prompt!r}", model_api, tui
+            )
             assert wait_until(lambda: "esc to interrupt" not in tui.screen()), tui.screen()
         before = len(model_api.requests)
         tui.send("/compact")
         assert wait_until(lambda: "Compacted" in tui.screen(), timeout=90), tui.screen()
-        after_compaction = len(model_api.requests)
-        assert after_compaction > before
+        assert wait_until(lambda: _last_compact(model_api, before) is not None), _seen(
+            "no compaction summary request", model_api, tui
+        )
         tui.send("After the compaction")
-        assert wait_until(lambda: len(model_api.requests) > after_compaction), tui.screen()
+        # Stop only once the prompt's own request, made after the summary's, has arrived.
+        assert wait_until(
+            lambda: _turn_after(model_api, _after(model_api, before), "After the compaction")
+        ), _seen("no conversation request after the compaction", model_api, tui)
+        after_compaction = _after(model_api, before)
     finally:
         tui.stop()
 
