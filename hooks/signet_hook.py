@@ -100,6 +100,10 @@ HUNG_SECONDS = 0.25
 # more per this many bytes, up to BODY_MAX_EXTRA_SECONDS, before the server counts as hung.
 BODY_BYTES_PER_SECOND = 2 * 1024 * 1024
 BODY_MAX_EXTRA_SECONDS = 10.0
+# The session start right after a compaction (Claude-style ``SessionStart`` with ``source``
+# ``compact``) carries the recovery the agent needs most: it may wait this long, as the
+# PreCompact before it may. A hung server already marked by that PreCompact costs it nothing.
+COMPACT_START_SECONDS = 2.0
 GIT_MAX_LEVELS = 64
 PACKED_REFS_MAX_BYTES = 1024 * 1024
 
@@ -1346,6 +1350,8 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
     # The timeout is the wait for the server: the reading above (Stop waits for the
     # transcript to hold the turn's last response) does not count against it.
     patience = options.timeout + min(len(body) / BODY_BYTES_PER_SECOND, BODY_MAX_EXTRA_SECONDS)
+    if payload.get("hook_event_name") == "SessionStart" and payload.get("source") == "compact":
+        patience = max(patience, COMPACT_START_SECONDS)
     deadline = Deadline(patience)
     if guard is not None:
         guard.extend(patience + WATCHDOG_GRACE_SECONDS)

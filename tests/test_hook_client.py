@@ -46,8 +46,11 @@ class Received:
 
 
 @contextmanager
-def recording_server(*responses: tuple[int, bytes]) -> Iterator[tuple[str, list[Received]]]:
-    """A one-thread HTTP server answering POSTs with ``responses`` in turn (then 200, empty)."""
+def recording_server(
+    *responses: tuple[int, bytes], delay: float = 0.0
+) -> Iterator[tuple[str, list[Received]]]:
+    """A one-thread HTTP server answering POSTs with ``responses`` in turn (then 200, empty),
+    each ``delay`` seconds after it read the request."""
     queue = list(responses)
     received: list[Received] = []
 
@@ -55,6 +58,7 @@ def recording_server(*responses: tuple[int, bytes]) -> Iterator[tuple[str, list[
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             received.append(Received(self.path, dict(self.headers), json.loads(body)))
+            time.sleep(delay)
             status, reply = queue.pop(0) if queue else (200, b"")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -295,6 +299,22 @@ def test_a_hook_that_waited_on_a_hung_server_spares_the_next_ones_the_wait(env, 
     assert len(entries) == 4  # every event kept, to be replayed
     assert len({entry["key"] for entry in entries}) == 4
     assert down_marker(outbox).read_text() == f"{url}/api/hooks/claude-code/"
+
+
+@pytest.mark.parametrize(("source", "delivered"), [("compact", True), ("startup", False)])
+def test_the_start_after_a_compaction_waits_longer_for_its_recovery(env, outbox, source, delivered):
+    # A server that answers in 1.2 s: past a start's 0.8 s, within the 2 s the start right
+    # after a compaction (the recovery the agent needs most) may wait, as PreCompact may.
+    start = json.dumps({**json.loads((FIXTURES / "session_start_startup.json").read_bytes()),
+                        "source": source}).encode()  # fmt: skip
+    with recording_server((200, REPLY), delay=1.2) as (url, received):
+        proc = run_hook(env, start, "--url", url, "--timeout", "0.8")
+
+    assert len(received) == 1
+    assert proc.returncode == 0
+    assert (proc.stdout == REPLY) is delivered
+    assert (outbox_entries(outbox) == []) is delivered
+    assert down_marker(outbox).exists() is not delivered
 
 
 def test_after_a_minute_the_hung_server_is_tried_again_and_the_events_replayed(env, outbox):
