@@ -112,6 +112,11 @@ class Session(models.Model):
     # progress and the pending ones; a checkpoint that brings none of its own takes these.
     current_task = models.TextField(blank=True)
     next_steps = models.JSONField(default=_empty_list, blank=True)
+    # What the session is for: its opening substantive request, replaced when the user
+    # redirects it, or the goal the agent or the harness's compaction summary stated.
+    goal = models.TextField(blank=True)
+    # Rules and choices the user stated in prompts ("use X, not Y", "don't …"), newest last.
+    decisions = models.JSONField(default=_empty_list, blank=True)
     # Set when the agent lost its context (compaction) or its first prompt came without a
     # SessionStart; the next event that can inject hands it the recovery context.
     recovery_due = models.BooleanField(default=False)
@@ -224,6 +229,7 @@ class Checkpoint(models.Model):
     )
 
     digest = models.TextField(blank=True)
+    goal = models.TextField(blank=True)  # what the session is for (``Session.goal``)
     current_task = models.TextField(blank=True)
     decisions = models.JSONField(default=_empty_list, blank=True)
     open_questions = models.JSONField(default=_empty_list, blank=True)

@@ -83,6 +83,12 @@ class TranscriptExtract:
     last_assistant_message: str = ""
     git_branch: str = ""
     context_tokens: int | None = None
+    # The session's opening substantive request, when the client's read reached the start of
+    # the transcript, else '' (the server keeps its own record of the prompts).
+    goal: str = ""
+    # The harness's latest compaction summary in the transcript (Claude Code writes it as a
+    # user line): its request, pending tasks and next step outlive the conversation.
+    compact_summary: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,7 @@ class HarnessAdapter(Protocol):
 # What ``signet.transcript`` may hold: the client reader's own bounds, checked again here.
 TRANSCRIPT_ITEMS = 100
 TRANSCRIPT_TEXT_CHARS = 4000
+COMPACT_SUMMARY_CHARS = 20_000  # what a session keeps of a compaction summary
 # ``signet.usage.context_tokens`` is kept up to the column's range on PostgreSQL.
 USAGE_MAX_TOKENS = 2**31 - 1
 USAGE_MODEL_CHARS = 128
@@ -355,6 +362,10 @@ def transcript_parse(client: dict[str, Any]) -> TranscriptExtract | None:
         last_assistant_message=text("last_assistant_message"),
         git_branch=text("git_branch"),
         context_tokens=tokens,
+        goal=text("goal"),
+        compact_summary=text_field(facts, "compact_summary", where="signet.transcript.")[
+            :COMPACT_SUMMARY_CHARS
+        ],
     )
 
 

@@ -107,6 +107,7 @@ def facts_content(facts: TranscriptExtract | None) -> CheckpointContent | None:
         return None
     tokens = facts.context_tokens
     return CheckpointContent(
+        goal=redact_clip(facts.goal, MESSAGE_KEEP_CHARS),
         current_task=redact_clip(facts.current_task, MESSAGE_KEEP_CHARS),
         next_steps=[
             redact_clip(content, PROMPT_KEEP_CHARS)

@@ -41,6 +41,7 @@ PROJECT_KEEP_CHARS = 1024
 class CheckpointContent:
     """Structured fields that do not come from the session row (transcript, agent, API)."""
 
+    goal: str = ""
     current_task: str = ""
     decisions: list[str] = field(default_factory=list)
     open_questions: list[str] = field(default_factory=list)
@@ -197,6 +198,7 @@ def checkpoint_build(
         harness=session.harness,
         trigger=trigger,
         parent=parent,
+        goal=redact_clip(content.goal or session.goal, MAX_ITEM_CHARS),
         current_task=redact_clip(content.current_task, MAX_ITEM_CHARS),
         decisions=redact_data(content.decisions[:MAX_LIST_ITEMS]),
         open_questions=redact_data(content.open_questions[:MAX_LIST_ITEMS]),
