@@ -409,3 +409,13 @@ def test_a_long_closing_paragraph_keeps_its_end(owner):
     checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL, last_assistant_message=message)
     text = render(checkpoint, budget=1000).text
     assert text.endswith(CLOSING)
+
+
+def test_a_message_shown_whole_has_no_gap_mark_between_its_paragraphs(owner):
+    message = "I updated scan.sh.\n\n**Secret Scanning**: enabled on push.\n\n" + CLOSING
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL, last_assistant_message=message)
+    text = render(checkpoint, budget=9999).text
+    assert text.endswith(
+        "### Last assistant message\n> I updated scan.sh.\n"
+        f"> **Secret Scanning**: enabled on push.\n> {CLOSING}"
+    )

@@ -344,26 +344,28 @@ def _closing_quoted(title: str, text: str, *, quota: int, within: int) -> _Secti
     clip = within * 2 + 256
     text = text.rstrip()
     if len(text) <= 2 * clip:
-        numbered = list(enumerate(redact(text).splitlines()))
-    else:  # a cut line counts with the rest; the gap between head and tail stays a gap
-        head = redact(text[:clip]).splitlines()[:-1]
-        tail = redact(text[-clip:]).splitlines()[1:]
-        numbered = list(enumerate(head)) + list(enumerate(tail, start=len(head) + 1))
+        lines: list[str | None] = list(redact(text).splitlines())
+    else:  # a cut line counts with the rest; None stands for what is between head and tail
+        lines = [*redact(text[:clip]).splitlines()[:-1], None]
+        lines += redact(text[-clip:]).splitlines()[1:]
+    # Each line with its place among those that are not blank: a gap is something left out.
+    numbered: list[tuple[int, str | None]] = []
+    for line in lines:
+        if line is None or line.strip():
+            numbered.append((len(numbered), line))
     total = sum(1 for line in text.splitlines() if line.strip())
+    # The final paragraph: the lines after the last blank one (or the cut), at most a few.
     closing: list[tuple[int, str]] = []
-    for position, line in reversed(numbered):
-        if not line.strip():
-            if closing:
-                break
-            continue
-        closing.append((position, f"> {_clean(line, QUOTE_CHARS, keep_end=True)}"))
-        if len(closing) == CLOSING_LINES:
+    for line in reversed(lines):
+        if line is None or not line.strip() or len(closing) == CLOSING_LINES:
             break
-    first_closing = min((position for position, _ in closing), default=len(numbered))
+        position = numbered[-1 - len(closing)][0]
+        closing.append((position, f"> {_clean(line, QUOTE_CHARS, keep_end=True)}"))
+    first_closing = len(numbered) - len(closing)
     opening = [
         (position, f"> {_clean(line, QUOTE_CHARS)}")
-        for position, line in numbered
-        if line.strip() and position < first_closing
+        for position, line in numbered[:first_closing]
+        if line is not None
     ]
     wanted = (closing + opening)[:MAX_QUOTED_LINES]
     return _Section(
@@ -638,12 +640,12 @@ def recovery_render(
 
     The budget is the configured recovery budget, itself reserved inside the inject budget
     and below the harness cap. The goal (else what is in progress) comes first whatever the
-    budget, shortened if need be (to at most half the budget). Every section then gets its first few lines in
-    priority order, and the budget left goes to the rest in the same order; sections are cut
-    at line boundaries, none appears while one above it is missing, and the last line says
-    what did not fit (and, with room, where to get it). The frame (where the checkpoint came
-    from, the omitted line) gets terser as the budget shrinks: it may take at most a third
-    of it, unless everything fits anyway.
+    budget, shortened if need be (to at most half the budget). Every section then gets its
+    first few lines in priority order, and the budget left goes to the rest in the same
+    order; sections are cut at line boundaries, none appears while one above it is missing,
+    and the last line says what did not fit (and, with room, where to get it). The frame
+    (where the checkpoint came from, the omitted line) gets terser as the budget shrinks: it
+    may take at most a third of it, unless everything fits anyway.
     """
     limit = min(
         budget if budget is not None else config.recovery_budget_chars,
