@@ -419,3 +419,14 @@ def test_a_message_shown_whole_has_no_gap_mark_between_its_paragraphs(owner):
         "### Last assistant message\n> I updated scan.sh.\n"
         f"> **Secret Scanning**: enabled on push.\n> {CLOSING}"
     )
+
+
+@pytest.mark.parametrize("budget", [200, 2000])
+def test_without_a_goal_or_a_prompt_what_is_in_progress_leads(owner, budget):
+    checkpoint = CheckpointFactory(
+        session__owner=owner, current_task=TASK, next_steps=["Run the auth tests"]
+    )
+    context = render(checkpoint, budget=budget)
+    assert titles_of(context.text)[0] == "### Now"
+    assert "Finish the Redis-backed rate limiter" in context.text
+    assert ("now (shortened)" in context.omitted) == (budget == 200)
