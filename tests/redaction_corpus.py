@@ -260,6 +260,12 @@ POSITIVES = [
     Positive(
         "keyword-json-escaped", '{"prompt": "deploy with secret «Gh7kL2mQ9xZ4»\\nthen restart"}'
     ),
+    # Inside Markdown emphasis the closing marks are not the value's, but the value still goes.
+    Positive("keyword-in-bold", "rotated: **with secret «Gh7kL2mQ9xZ4!»**, then restarted"),
+    Positive(
+        "keyword-colon-markdown",
+        "- secret: «hunter2»\n- **Scanning**: with secret «Zx8q1Lm2Nv3Bc4»",
+    ),
     Positive(
         "prose-passphrase-for-the-key", "the passphrase for the key is «Blue-Horse-Battery-9»"
     ),
@@ -404,6 +410,10 @@ NEGATIVES = {
     ),
     "prose-quoted-words": 'Click "Reset password" and paste the token "from your email".',
     "prose-secret-santa": "Secret Santa: the key to the office is with Alice; token ring topology.",
+    # A bold label is a heading, not a keyword and its value.
+    "markdown-bold-label": (
+        "**Secret Scanning**: on for every repository; __Token Budget__: 2,000 characters"
+    ),
     # Code that names secrets
     "code-go-struct": "type Creds struct {\n\tSecretAccessKey string\n\tToken *oauth2.Token\n}",
     "code-go-struct-json": (

@@ -108,8 +108,10 @@ def test_precompact_then_compact_start_recovers_task_and_files_from_the_transcri
     assert context.startswith("## Session Recovery Context")
     assert "pre-compaction checkpoint of this session" in context
     assert "finish the Redis conversion" in context
-    assert f"{PROJECT}/src/middleware/rateLimit.ts" in context
-    assert f"{PROJECT}/src/routes/auth.ts" in context
+    # Named relative to the project.
+    assert "\n- src/middleware/rateLimit.ts\n" in context
+    assert "\n- src/routes/auth.ts" in context
+    assert f"{PROJECT}/" not in context
     injection = Injection.objects.get()
     assert injection.source == "compact"
     assert injection.match == "session"

@@ -97,7 +97,7 @@ def test_every_fixture_through_the_endpoint(client_for, owner):
     context = injected(post(hook, body("compaction_context")))
     assert context.startswith("## Session Recovery Context")
     assert "Add rate limiting to POST /api/login" in context
-    assert f"{PROJECT}/src/routes/auth.ts" in context
+    assert "\n- src/routes/auth.ts" in context  # relative to the project
     assert len(context) < OpenCodeAdapter.context_cap_chars
     assert Injection.objects.get().source == "compact"
 

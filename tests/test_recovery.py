@@ -18,6 +18,7 @@ from tests.factories import CheckpointFactory
 pytestmark = pytest.mark.django_db
 
 OMITTED = "_Omitted for space:"
+WEBAPP = "/home/alice/projects/webapp"
 TASK = "Finish the Redis-backed rate limiter and make the auth tests pass. " * 4
 LATEST = "Continue with the limiter, then rerun the auth suite"
 MESSAGE = (
@@ -28,8 +29,11 @@ MESSAGE = (
 SUMMARY = "\n".join(
     f"{n}. Earlier the user asked for item {n} of the rate limiting work." for n in range(60)
 )
+GOAL = "Add rate limiting to POST /api/login without breaking the mobile app's retries"
+NOW = "Switch the counter store to Redis"
 SECTIONS = [
-    "### Task",
+    "### Goal",
+    "### Now",
     "### Latest request",
     "### Next steps",
     "### Decisions",
@@ -45,12 +49,13 @@ SECTIONS = [
 def big_checkpoint(owner, **fields):
     values = {
         "trigger": Trigger.PRE_COMPACTION,
-        "current_task": TASK,
+        "goal": TASK,
+        "current_task": NOW,
         "next_steps": [f"Next step {n}: wire the limiter into route {n}" for n in range(40)],
         "decisions": [f"Decision {n}: use a fixed window of {n} minutes" for n in range(40)],
         "blockers": ["CI runner lacks Redis"],
         "open_questions": ["Should admins bypass the limit?"],
-        "modified_files": [f"/home/alice/projects/webapp/src/file_{n}.ts" for n in range(50)],
+        "modified_files": [f"{WEBAPP}/src/file_{n}.ts" for n in range(50)],
         "recent_remembers": [
             f"note {n}: staging Redis listens on port 63{n:02}" for n in range(10)
         ],
@@ -58,7 +63,9 @@ def big_checkpoint(owner, **fields):
         "last_assistant_message": MESSAGE,
         "git_branch": "feat/login-rate-limit",
     }
-    return CheckpointFactory(session__owner=owner, **{**values, **fields})
+    return CheckpointFactory(
+        session__owner=owner, session__project_normalized=WEBAPP, **{**values, **fields}
+    )
 
 
 def candidate_lines(checkpoint, summary=""):
@@ -66,11 +73,12 @@ def candidate_lines(checkpoint, summary=""):
     lines = {f"- {s}" for s in checkpoint.next_steps + checkpoint.decisions}
     lines |= {f"- Blocker: {s}" for s in checkpoint.blockers}
     lines |= {f"- Open: {s}" for s in checkpoint.open_questions}
-    lines |= {f"- {s}" for s in checkpoint.modified_files + checkpoint.recent_prompts}
+    lines |= {f"- {s.removeprefix(WEBAPP + '/')}" for s in checkpoint.modified_files}
+    lines |= {f"- {s}" for s in checkpoint.recent_prompts}
     lines |= {f"- {s}" for s in checkpoint.recent_remembers}
     text = checkpoint.last_assistant_message + "\n" + summary
     lines |= {f"> {line}" for line in text.splitlines() if line.strip()}
-    return lines
+    return lines | {"> …"}  # between a message's opening and its closing lines
 
 
 def render(checkpoint, budget=None, config=None, **options):
@@ -84,15 +92,15 @@ def render(checkpoint, budget=None, config=None, **options):
 
 
 def assert_well_formed(context, checkpoint, limit, summary=""):
-    """Within ``limit``, the task first, whole lines only, the omitted line when cut, for a
+    """Within ``limit``, the goal first, whole lines only, the omitted line when cut, for a
     checkpoint with data for every section."""
     text = context.text
     lines = text.splitlines()
     assert len(text) <= limit
     assert lines[0] == HEADER
     titles = [line for line in lines if line.startswith("### ")]
-    assert titles[0] == "### Task"
-    task = lines[lines.index("### Task") + 1]
+    assert titles[0] == "### Goal"
+    task = lines[lines.index("### Goal") + 1]
     assert TASK.startswith(task.removesuffix("…").strip()), task
     assert len(task) >= min(60, len(TASK.strip()))
     # In priority order, and none while one above it is missing.
@@ -108,7 +116,7 @@ def assert_well_formed(context, checkpoint, limit, summary=""):
         assert not any(line.startswith(OMITTED) for line in lines)
 
 
-def test_allowed_budgets_all_hold_and_all_carry_the_task(owner):
+def test_allowed_budgets_all_hold_and_all_carry_the_goal(owner):
     """Every budget the API accepts, from its minimum to its maximum."""
     field = RecoveryQuerySerializer().fields["budget"]
     low, high = field.min_value, field.max_value
@@ -155,8 +163,8 @@ def test_a_section_without_data_is_left_out(owner):
         session__owner=owner, current_task="Ship the export", recent_prompts=["Ship the export"]
     )
     text = render(checkpoint).text
-    assert "### Task\nShip the export" in text
-    assert text.count("Ship the export") == 1  # not again as the latest request or a prompt
+    assert "### Goal\nShip the export" in text
+    assert text.count("Ship the export") == 1  # not again as now, the latest request, a prompt
     for title in SECTIONS[1:]:
         assert title not in text
 
@@ -171,16 +179,21 @@ def test_every_section_gets_its_first_lines_before_any_gets_more(owner):
 
 
 @pytest.mark.parametrize("budget", [200, 300, 500])
-def test_a_small_budget_still_carries_the_task(owner, budget):
+def test_a_small_budget_still_carries_the_goal(owner, budget):
     context = render(big_checkpoint(owner), budget=budget)
     lines = context.text.splitlines()
     assert lines[:3] in (
-        [HEADER, "", "### Task"],
-        [HEADER, "From a pre-compaction checkpoint of this session, just now.", ""],
+        [HEADER, "", "### Goal"],
+        [
+            HEADER,
+            "From a pre-compaction checkpoint of this session, just now on "
+            "`feat/login-rate-limit`.",
+            "",
+        ],
     )
     assert "Finish the Redis-backed rate limiter" in context.text
     assert lines[-1].startswith(OMITTED)
-    assert "task (shortened)" in context.omitted  # the task is longer than half of these
+    assert "goal (shortened)" in context.omitted  # the goal is longer than half of these
 
 
 def test_the_fullest_frame_names_the_checkpoint_and_the_api(owner):
@@ -202,7 +215,8 @@ def test_age_trigger_and_branch_warning(owner):
     ).text
     assert "pre-compaction checkpoint" in text
     assert "3 h ago" in text
-    assert "Warning: that checkpoint was taken on branch `feat/login-rate-limit`" in text
+    assert "3 h ago on `feat/login-rate-limit` after" in text
+    assert "Warning: you are on `main`, another branch." in text
 
 
 def test_duplicates_are_shown_once(owner):
@@ -227,12 +241,13 @@ def test_secrets_are_redacted_on_the_way_out_even_if_stored(owner):
     aws = "AKIAQ3EGSMTLNYWXJ5PV"
     checkpoint = CheckpointFactory(
         session__owner=owner,
-        current_task=f"Deploy with AWS key {aws} and token {github}",
+        goal=f"Deploy with AWS key {aws} and token {github}",
+        current_task=f"Rotate the key {aws}",
         next_steps=[f"export STRIPE_KEY={stripe}"],
         decisions=[f"Use token {github} for CI"],
         blockers=[f"the key {aws} expired"],
         recent_remembers=[f"the deploy token is {github}"],
-        recent_prompts=[f"use {stripe} for the test", "ok"],
+        recent_prompts=[f"use {stripe} for the test", f"and {github} for CI", "ok"],
         last_assistant_message=f"Set STRIPE_KEY={stripe} and pushed with {github}.",
     )
     context = render(checkpoint, budget=9999, compact_summary=f"The user gave the key {aws}.")
@@ -240,4 +255,178 @@ def test_secrets_are_redacted_on_the_way_out_even_if_stored(owner):
         assert title in context.text
     for secret in (github, stripe, aws, "ghp_a1B2", "sk_live_4eC3"):
         assert secret not in context.text
-    assert context.text.count("[REDACTED]") >= 9
+    assert context.text.count("[REDACTED]") >= 11
+
+
+# --- What a session is for, and what it is doing now (#30) ---------------------------------
+
+
+def session_checkpoint(owner, **fields):
+    return big_checkpoint(owner, goal=GOAL, current_task=NOW, **fields)
+
+
+def titles_of(text):
+    return [line for line in text.splitlines() if line.startswith("### ")]
+
+
+def test_sections_go_goal_now_latest_request_then_the_rest(owner):
+    text = render(session_checkpoint(owner), budget=9999, compact_summary=SUMMARY).text
+    assert titles_of(text) == SECTIONS
+    assert f"### Goal\n{GOAL}\n\n### Now\n{NOW}\n\n### Latest request\n{LATEST}\n" in text
+
+
+def test_the_goal_leads_at_every_budget_from_200(owner):
+    """Never dropped for the current to-do, shortened when it must be."""
+    checkpoint = session_checkpoint(owner)
+    for budget in [*range(200, 601), *range(601, 2001, 7), 2000]:
+        context = render(checkpoint, budget=budget, compact_summary=SUMMARY)
+        lines = context.text.splitlines()
+        assert len(context.text) <= budget
+        assert titles_of(context.text)[0] == "### Goal", budget
+        goal = lines[lines.index("### Goal") + 1]
+        assert GOAL.startswith(goal.removesuffix("…")), budget
+        assert len(goal) >= min(60, len(GOAL)), budget
+        assert titles_of(context.text) == SECTIONS[: len(titles_of(context.text))]
+
+
+def test_without_a_stated_goal_the_oldest_request_kept_is_the_goal(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        current_task=NOW,
+        recent_prompts=["# staging Redis is on 6380", GOAL, "go on", "now the signup route"],
+        recent_remembers=["staging Redis is on 6380"],
+    )
+    text = render(checkpoint, budget=200).text
+    assert titles_of(text)[0] == "### Goal"
+    assert f"### Goal\n{GOAL}" in render(checkpoint).text
+
+
+def test_now_and_the_latest_request_are_left_out_when_they_are_the_goal(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        goal=GOAL,
+        current_task=GOAL,
+        recent_prompts=[GOAL],
+        next_steps=[GOAL, "Run the auth tests"],
+        decisions=[GOAL, "Fixed window"],
+    )
+    text = render(checkpoint).text
+    assert text.count(GOAL) == 1
+    assert titles_of(text) == ["### Goal", "### Next steps", "### Decisions"]
+
+
+def test_each_fact_is_said_once(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        goal=GOAL,
+        current_task=LATEST,  # the to-do is what the user asked last
+        recent_prompts=[GOAL, "Use a fixed window, not a sliding one", LATEST],
+        next_steps=[LATEST, "Run the auth tests"],
+        decisions=["Use a fixed window, not a sliding one"],
+    )
+    text = render(checkpoint).text
+    for fact in (GOAL, LATEST, "Use a fixed window, not a sliding one", "Run the auth tests"):
+        assert text.count(fact) == 1, fact
+    assert f"### Now\n{LATEST}" in text
+    assert "### Latest request" not in text
+    assert "### Recent prompts" not in text
+
+
+# --- The branch, paths, the last message ---------------------------------------------------
+
+
+def test_the_branch_is_named_in_the_header_even_when_it_is_the_current_one(owner):
+    checkpoint = session_checkpoint(owner, prompt_count=12)
+    text = render(checkpoint, budget=9999, current_branch="feat/login-rate-limit").text
+    assert "taken just now on `feat/login-rate-limit` after 12 prompts." in text
+    assert "Warning" not in text
+    short = render(checkpoint, budget=600, current_branch="feat/login-rate-limit").text
+    assert short.splitlines()[1].startswith("From a pre-compaction checkpoint")
+    assert "`feat/login-rate-limit`" in short.splitlines()[1]
+
+
+def test_another_branch_is_named_once_with_a_warning(owner):
+    checkpoint = session_checkpoint(owner)
+    for budget in (9999, 600):
+        text = render(checkpoint, budget=budget, current_branch="main").text
+        assert text.count("feat/login-rate-limit") == 1
+        assert "Warning: you are on `main`" in text
+
+
+def test_modified_files_are_named_relative_to_the_project(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        session__project_normalized="/home/alice/src/shop",
+        goal=GOAL,
+        modified_files=[
+            "/home/alice/src/shop/src/app.py",
+            "/home/alice/src/shopping/notes.md",  # another folder that starts the same
+            "/etc/hosts",
+            "docs/setup.md",
+        ],
+        recent_prompts=["fix /home/alice/src/shop/src/app.py", "and run it"],
+        last_assistant_message="Edited /home/alice/src/shop/src/app.py: done.",
+    )
+    text = render(checkpoint).text
+    assert "### Modified files\n- docs/setup.md\n- /etc/hosts\n" in text
+    assert "- /home/alice/src/shopping/notes.md\n- src/app.py\n" in text
+    assert "fix src/app.py" in text
+    assert "> Edited src/app.py: done." in text
+    assert "/home/alice/src/shop/" not in text
+
+
+CLOSING = "Shall I wire the limiter into the signup route next, or rerun the auth suite first?"
+LONG_MESSAGE = (
+    "I moved the limiter's counters to Redis.\n\n"
+    + "\n".join(f"- detail {n} of the change to the limiter and its tests" for n in range(30))
+    + f"\n\nAll auth tests pass against the real Redis. {CLOSING}"
+)
+
+
+def test_the_last_messages_closing_lines_are_kept_with_its_opening_when_room(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner, goal=GOAL, last_assistant_message=LONG_MESSAGE
+    )
+    text = render(checkpoint, budget=9999).text
+    assert text.endswith(f"{CLOSING}")
+    quoted = text[text.index("### Last assistant message") :].splitlines()[1:]
+    assert quoted[0] == "> I moved the limiter's counters to Redis."
+    assert quoted[-1].endswith(CLOSING)
+    for budget in range(200, 1200, 7):
+        text = render(checkpoint, budget=budget).text
+        if "### Last assistant message" in text:
+            quoted = text[text.index("### Last assistant message") :].splitlines()[1:]
+            closing = [line for line in quoted if line.endswith(CLOSING)]
+            assert closing, budget
+            if quoted[0] == "> I moved the limiter's counters to Redis.":
+                assert "> …" in quoted, budget
+
+
+def test_a_long_closing_paragraph_keeps_its_end(owner):
+    message = (
+        "Done.\n\n" + "The limiter counts per IP in Redis with a fixed window. " * 12 + CLOSING
+    )
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL, last_assistant_message=message)
+    text = render(checkpoint, budget=1000).text
+    assert text.endswith(CLOSING)
+
+
+def test_a_message_shown_whole_has_no_gap_mark_between_its_paragraphs(owner):
+    message = "I updated scan.sh.\n\n**Secret Scanning**: enabled on push.\n\n" + CLOSING
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL, last_assistant_message=message)
+    text = render(checkpoint, budget=9999).text
+    assert text.endswith(
+        "### Last assistant message\n> I updated scan.sh.\n"
+        f"> **Secret Scanning**: enabled on push.\n> {CLOSING}"
+    )
+
+
+@pytest.mark.parametrize("budget", [200, 2000])
+def test_without_a_goal_or_a_prompt_what_is_in_progress_leads(owner, budget):
+    checkpoint = CheckpointFactory(
+        session__owner=owner, current_task=TASK, next_steps=["Run the auth tests"]
+    )
+    context = render(checkpoint, budget=budget)
+    assert titles_of(context.text)[0] == "### Now"
+    assert "Finish the Redis-backed rate limiter" in context.text
+    assert ("now (shortened)" in context.omitted) == (budget == 200)

@@ -118,13 +118,15 @@ def test_after_compact_one_injection_holds_task_todo_steps_decisions_files_and_n
         ],
     )
     context = compact(hook, clock, transcript)
-    assert context.index("### Task\nSwitch the counter store to Redis") < context.index(
-        "### Latest request\n"
+    # What the session is for, then the to-do in progress; the only request is the goal.
+    assert context.index("### Goal\nAdd rate limiting to POST /api/login") < context.index(
+        "### Now\nSwitch the counter store to Redis"
     )
+    assert "### Latest request" not in context
     assert "### Next steps\n- Document REDIS_URL" in context  # the pending todo
     assert "- Fixed window, 5 attempts per IP per 15 minutes" in context
     assert "- Blocker: CI runner lacks Redis" in context
-    assert f"### Modified files\n- {PROJECT}/src/routes/auth.ts" in context
+    assert "### Modified files\n- src/routes/auth.ts" in context  # relative to the project
     assert "### Remembered notes\n- the staging Redis listens on port 6380" in context
     assert "> Rate limiting is in place" in context  # the Stop hook's last message
     # The compacted conversation holds its summary already: not again for this session.
@@ -169,7 +171,8 @@ def test_the_agents_narrative_survives_two_prompts_and_a_compaction(hook, clock)
     assert checkpoint.decisions == NARRATIVE["decisions"]
     assert checkpoint.open_questions == NARRATIVE["open_questions"]
     assert checkpoint.blockers == NARRATIVE["blockers"]
-    assert "### Task\nMove the login limiter's counters to Redis" in context
+    assert "### Goal\nAdd rate limiting to POST /api/login" in context
+    assert "### Now\nMove the login limiter's counters to Redis" in context
     assert "### Latest request\nand the signup route too" in context
     assert "- Run the auth tests against a real Redis" in context
 
@@ -270,7 +273,7 @@ def test_secrets_in_the_new_sections_come_out_redacted(hook, clock):
     assert context.count("[REDACTED]") >= 3
 
 
-def test_the_api_preview_at_its_smallest_budgets_leads_with_the_task(hook):
+def test_the_api_preview_at_its_smallest_budgets_leads_with_the_goal(hook):
     prompt(hook, "Add rate limiting to POST /api/login")
     digest(hook)
     send(hook, payload("session_end"))
@@ -278,9 +281,8 @@ def test_the_api_preview_at_its_smallest_budgets_leads_with_the_task(hook):
         body = hook.get(f"/api/recovery/?session={SESSION}&budget={budget}").json()
         text = body["context"]
         assert len(text) <= budget
-        assert text.splitlines()[2:4] == ["### Task", NARRATIVE["current_task"]] or (
-            text.splitlines()[3:5] == ["### Task", NARRATIVE["current_task"]]
-        )
+        goal = ["### Goal", "Add rate limiting to POST /api/login"]
+        assert goal in (text.splitlines()[2:4], text.splitlines()[3:5])
         if budget < 500:
             assert body["omitted"]
         if body["omitted"]:

@@ -4,6 +4,8 @@ the ``## Session Recovery Context`` within its budget.
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,13 +34,17 @@ from checkpoints.services.statements import (
 )
 
 HEADER = "## Session Recovery Context"
-TASK = "Task"  # the section that always comes first
-MIN_TASK_CHARS = 60
+GOAL = "Goal"  # the section that always comes first
+NOW = "Now"  # first when there is no goal
+MIN_LEAD_CHARS = 60
 KEY_SHOWN_CHARS = 40  # session keys can be 255 characters; the header must stay short
 ITEM_CHARS = 400
 PROMPT_CHARS = 300
 QUOTE_CHARS = 300
 MAX_QUOTED_LINES = 40  # never more candidate lines of a message or summary than this
+CLOSING_LINES = 6  # the last lines of a message's final paragraph, kept before its opening
+ELISION = "> …"  # between the opening and the closing lines of a message
+CUT_MIN_CHARS = 200  # a text that starts a longer one is the same fact cut, from this long
 # A session in the project is chosen by substance as well as by time: the newest of the
 # project's newest checkpoints that shows work (``substantive``), else the newest of them.
 PROJECT_CANDIDATES = 20
@@ -249,9 +255,22 @@ def _shorten(text: str, limit: int) -> str:
     return cut + "…"
 
 
-def _clean(text: str, limit: int) -> str:
+def _shorten_start(text: str, limit: int) -> str:
+    """``text`` within ``limit`` chars, its start cut at a word boundary: a closing line's
+    end (a question, the next step) is what matters."""
+    if len(text) <= limit:
+        return text
+    cut = text[len(text) - max(0, limit - 1) :]
+    if " " in cut[: limit // 2]:
+        cut = cut[cut.find(" ") + 1 :]
+    return "…" + cut
+
+
+def _clean(text: str, limit: int, *, keep_end: bool = False) -> str:
     """One line of at most ``limit`` chars, redacted before it is cut (a cut secret may no
     longer look like one)."""
+    if keep_end:
+        return _shorten_start(" ".join(redact(text[-(limit * 4 + 256) :]).split()), limit)
     return _shorten(" ".join(redact(text[: limit * 4 + 256]).split()), limit)
 
 
@@ -262,13 +281,30 @@ def _unique(items: Iterable[str]) -> list[str]:
 @dataclass(frozen=True)
 class _Section:
     title: str
-    lines: list[str]  # the lines that could ever be shown, redacted, in order
+    lines: list[str]  # the lines that could ever be shown, redacted, most wanted first
     quota: int  # lines it gets before any section gets more than its quota
     total: int  # items in all, of which ``lines`` is the head
+    # Where each line stands in the text it quotes, when that is not the order of ``lines``
+    # (a message's closing lines come first); a gap between two shown is marked.
+    positions: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
         return self.title.lower()
+
+    def shown(self, kept: int) -> list[str]:
+        """The first ``kept`` of ``lines``, as they are shown."""
+        if not self.positions:
+            return self.lines[:kept]
+        placed = sorted(zip(self.positions[:kept], self.lines[:kept], strict=True))
+        shown: list[str] = []
+        previous = -1
+        for position, line in placed:
+            if position > previous + 1:
+                shown.append(ELISION)
+            shown.append(line)
+            previous = position
+        return shown
 
 
 def _listed(
@@ -300,11 +336,67 @@ def _quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
     return _Section(title, lines[:MAX_QUOTED_LINES], quota, len(lines) + rest)
 
 
-def _same(one: str, other: str) -> bool:
-    """Whether two texts say the same, one possibly cut shorter (a prompt keeps 500 chars,
-    the task 2000)."""
-    one, other = " ".join(one.split()), " ".join(other.split())
-    return bool(one and other) and (one.startswith(other) or other.startswith(one))
+def _closing_quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
+    """A message as a Markdown quote whose closing lines (the last ``CLOSING_LINES`` of its
+    final paragraph, where a question or the next step stands) come first, last line first,
+    then its opening in order; shown in the message's order, with ``ELISION`` at a gap.
+    Only the head and the tail that could fit ``within`` are redacted and rendered."""
+    clip = within * 2 + 256
+    text = text.rstrip()
+    if len(text) <= 2 * clip:
+        lines: list[str | None] = list(redact(text).splitlines())
+    else:  # a cut line counts with the rest; None stands for what is between head and tail
+        lines = [*redact(text[:clip]).splitlines()[:-1], None]
+        lines += redact(text[-clip:]).splitlines()[1:]
+    # Each line with its place among those that are not blank: a gap is something left out.
+    numbered: list[tuple[int, str | None]] = []
+    for line in lines:
+        if line is None or line.strip():
+            numbered.append((len(numbered), line))
+    total = sum(1 for line in text.splitlines() if line.strip())
+    # The final paragraph: the lines after the last blank one (or the cut), at most a few.
+    closing: list[tuple[int, str]] = []
+    for line in reversed(lines):
+        if line is None or not line.strip() or len(closing) == CLOSING_LINES:
+            break
+        position = numbered[-1 - len(closing)][0]
+        closing.append((position, f"> {_clean(line, QUOTE_CHARS, keep_end=True)}"))
+    first_closing = len(numbered) - len(closing)
+    opening = [
+        (position, f"> {_clean(line, QUOTE_CHARS)}")
+        for position, line in numbered[:first_closing]
+        if line is not None
+    ]
+    wanted = (closing + opening)[:MAX_QUOTED_LINES]
+    return _Section(
+        title,
+        [line for _, line in wanted],
+        quota,
+        total,
+        positions=tuple(position for position, _ in wanted),
+    )
+
+
+class _Said:
+    """The texts said so far, whitespace-normalised: a text says what one of them does when
+    it is the same, or when one is a long text cut shorter (a prompt keeps 500 chars, a goal
+    2000). A short one that starts another ("go on", "go on with the signup route") is not."""
+
+    def __init__(self) -> None:
+        self.texts: set[str] = set()
+        self.long: list[str] = []  # those a cut could have come from, or be
+
+    def add(self, text: str) -> bool:
+        """Whether ``text`` is new; if it is, it counts as said."""
+        flat = " ".join(text.split())
+        if not flat or flat in self.texts:
+            return False
+        if len(flat) >= CUT_MIN_CHARS:
+            if any(flat.startswith(old) or old.startswith(flat) for old in self.long):
+                return False
+            self.long.append(flat)
+        self.texts.add(flat)
+        return True
 
 
 def _is_note(prompt: str, notes: Sequence[str]) -> bool:
@@ -313,50 +405,62 @@ def _is_note(prompt: str, notes: Sequence[str]) -> bool:
     return any(prompt.endswith(note) and len(prompt) - len(note) <= 10 for note in notes)
 
 
+def _relative_to(project: str) -> Callable[[str], str]:
+    """A function that names the paths under ``project`` relative to it, wherever they stand
+    in a text: absolute project paths were a seventh of the budget on real sessions."""
+    if not posixpath.isabs(project) or posixpath.dirname(project) == project:
+        return lambda text: text
+    pattern = re.compile(r"(?<![\w./~-])" + re.escape(project.rstrip("/")) + r"/(?=[^\s/])")
+    return lambda text: pattern.sub("", text) if project in text else text
+
+
 def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list[_Section]:
-    """The sections with content, in priority order (see the README's "The recovery context")."""
-    notes = _unique(reversed(checkpoint.recent_remembers))  # newest first
-    requests = [p for p in _unique(reversed(checkpoint.recent_prompts)) if not _is_note(p, notes)]
-    raw_task = checkpoint.current_task or next(iter(requests), "")
-    task = _clean(raw_task, 1000)
-    # The task is the in-progress todo, or the agent's own statement of it; what the user
-    # asked last comes right after it, unless it is the task itself.
-    latest = next(iter(requests), "")
-    if _same(latest, raw_task):
-        latest = ""
-    earlier = [p for p in requests[1:] if not _same(p, raw_task)]
-    concerns = [f"Blocker: {item}" for item in _unique(checkpoint.blockers)]
-    concerns += [f"Open: {item}" for item in _unique(checkpoint.open_questions)]
+    """The sections with content, in priority order (see the README's "The recovery context").
+    Each fact is said once: an item that says what a section above it said is left out."""
+    # The project key is the git top-level when the client knew it, else the working folder.
+    relative = _relative_to(checkpoint.project_normalized)
+    notes = _unique(relative(note) for note in reversed(checkpoint.recent_remembers))
+    requests = [
+        relative(p)
+        for p in _unique(reversed(checkpoint.recent_prompts))
+        if not _is_note(p, notes)  # newest first
+    ]
+    said = _Said()
+
+    def new(items: Iterable[str]) -> list[str]:
+        return [item for item in _unique(relative(item) for item in items) if said.add(item)]
+
+    # The goal is what the session is for, else the oldest request kept; the task in
+    # progress and what the user asked last follow it, each unless it says the same.
+    goal = new([checkpoint.goal or (requests[-1] if requests else "")])
+    now = new([checkpoint.current_task])
+    latest = new(requests[:1])
+    lead = goal or now
+    lead_line = _clean(lead[0], 1000) if lead else ""
+    steps = new(checkpoint.next_steps)
+    decisions = new(checkpoint.decisions)
+    blockers, questions = new(checkpoint.blockers), new(checkpoint.open_questions)
+    concerns = [f"Blocker: {item}" for item in blockers] + [f"Open: {item}" for item in questions]
+    notes = new(notes)
+    earlier = new(requests)
+    files = _unique(relative(path) for path in reversed(checkpoint.modified_files))
     sections = [
-        _Section(TASK, [task] if task else [], 1, 1 if task else 0),
-        _listed(
-            "Latest request",
-            [latest] if latest else [],
-            quota=1,
-            chars=PROMPT_CHARS,
-            within=within,
-            prefix="",
-        ),
-        _listed(
-            "Next steps", _unique(checkpoint.next_steps), quota=5, chars=ITEM_CHARS, within=within
-        ),
-        _listed(
-            "Decisions", _unique(checkpoint.decisions), quota=5, chars=ITEM_CHARS, within=within
-        ),
+        _Section(GOAL if goal else NOW, [lead_line] if lead_line else [], 1, 1 if lead_line else 0),
+        _listed(NOW, now if goal else [], quota=1, chars=ITEM_CHARS, within=within, prefix=""),
+        _listed("Latest request", latest, quota=1, chars=PROMPT_CHARS, within=within, prefix=""),
+        _listed("Next steps", steps, quota=5, chars=ITEM_CHARS, within=within),
+        _listed("Decisions", decisions, quota=5, chars=ITEM_CHARS, within=within),
         _listed("Open questions and blockers", concerns, quota=3, chars=ITEM_CHARS, within=within),
-        _listed(
-            "Modified files",
-            _unique(reversed(checkpoint.modified_files)),
-            quota=5,
-            chars=ITEM_CHARS,
-            within=within,
-        ),
+        _listed("Modified files", files, quota=5, chars=ITEM_CHARS, within=within),
         _listed("Remembered notes", notes, quota=3, chars=PROMPT_CHARS, within=within),
         _listed("Recent prompts", earlier, quota=2, chars=PROMPT_CHARS, within=within),
-        _quoted(
-            "Last assistant message", checkpoint.last_assistant_message, quota=3, within=within
+        _closing_quoted(
+            "Last assistant message",
+            relative(checkpoint.last_assistant_message),
+            quota=2,
+            within=within,
         ),
-        _quoted("Compaction summary", compact_summary, quota=4, within=within),
+        _quoted("Compaction summary", relative(compact_summary), quota=4, within=within),
     ]
     return [section for section in sections if section.total]
 
@@ -372,9 +476,10 @@ class _Frame:
 def _frames(
     *, checkpoint: Checkpoint, match: str, now: datetime, current_branch: str, passed_over: int
 ) -> list[_Frame]:
-    """The frames from the fullest to the tersest: a small budget goes to the task, not to
-    saying where the context came from. Another session's checkpoint names that session in
-    every frame but the tersest."""
+    """The frames from the fullest to the tersest: a small budget goes to the goal, not to
+    saying where the context came from. Every frame but the tersest names the branch the
+    checkpoint was taken on, and warns when it is not the current one; another session's
+    checkpoint is named too."""
     trigger = checkpoint.get_trigger_display().lower()
     where = {"session": "this session", "lineage": "the session this one continues"}.get(
         match, "an earlier session in this project"
@@ -382,28 +487,30 @@ def _frames(
     key = redact(checkpoint.session_key)
     age = _age(now - checkpoint.created_at)
     count = checkpoint.prompt_count
+    branch = checkpoint.git_branch
+    on = f" on `{branch}`" if branch else ""
+    short_on = f" on `{_shorten(branch, 60)}`" if branch else ""
     full = [
         HEADER,
         f"Recovered from {_article(trigger)} {trigger} checkpoint of {where} "
-        f"(`{_shorten(key, KEY_SHOWN_CHARS)}`), taken {age} "
+        f"(`{_shorten(key, KEY_SHOWN_CHARS)}`), taken {age}{on} "
         f"after {count} prompt{'' if count == 1 else 's'}.",
     ]
     named_key = "" if match == "session" else f" (`{_shorten(key, 16)}`)"
-    short = [HEADER, f"From {_article(trigger)} {trigger} checkpoint of {where}{named_key}, {age}."]
+    short = [
+        HEADER,
+        f"From {_article(trigger)} {trigger} checkpoint of {where}{named_key}, {age}{short_on}.",
+    ]
     if passed_over:
         full.append(
             f"Chosen over {passed_over} newer checkpoint{'' if passed_over == 1 else 's'} "
             "of this project with less work in them."
         )
-    if current_branch and checkpoint.git_branch and current_branch != checkpoint.git_branch:
+    if current_branch and branch and current_branch != branch:
         full.append(
-            f"Warning: that checkpoint was taken on branch `{checkpoint.git_branch}`; "
-            f"you are on `{current_branch}`. Check before relying on it."
+            f"Warning: you are on `{current_branch}`, another branch. Check before relying on it."
         )
-        short.append(
-            f"Warning: taken on branch `{_shorten(checkpoint.git_branch, 60)}`, "
-            f"you are on `{_shorten(current_branch, 60)}`."
-        )
+        short.append(f"Warning: you are on `{_shorten(current_branch, 60)}`.")
     full = [redact(line) for line in full]
     short = [redact(line) for line in short]
     path = quote(key[: KEY_SHOWN_CHARS * 2])
@@ -436,12 +543,12 @@ class _Fit:
         self.sections = list(sections)
         self.kept = [0] * len(sections)
         self.sizes = [0] * len(sections)  # characters of the kept lines, newline each
-        self.task_shortened = False
-        self.task_room = 0  # characters the task could have had
+        self.lead_shortened = False
+        self.lead_room = 0  # characters the lead (the goal, else now) could have had
         self.head_chars = len("\n".join(frame.head))
 
     def omitted(self) -> list[str]:
-        names = ["task (shortened)"] if self.task_shortened else []
+        names = [f"{self.sections[0].name} (shortened)"] if self.lead_shortened else []
         for section, kept in zip(self.sections, self.kept, strict=True):
             if kept < section.total:
                 names.append(
@@ -467,29 +574,29 @@ class _Fit:
         section, kept = self.sections[index], self.kept[index]
         if kept >= len(section.lines):
             return False
+        size = self.sizes[index]
         self.kept[index] += 1
-        self.sizes[index] += 1 + len(section.lines[kept])
+        self.sizes[index] = sum(1 + len(line) for line in section.shown(kept + 1))
         if self.length() <= limit:
             return True
-        self.kept[index] -= 1
-        self.sizes[index] -= 1 + len(section.lines[kept])
+        self.kept[index], self.sizes[index] = kept, size
         return False
 
-    def place_task(self, limit: int, cap: int) -> None:
-        """The task first, shortened to at most ``cap`` and to what is left with everything
-        else omitted."""
-        if not self.sections or self.sections[0].title != TASK:
+    def place_lead(self, limit: int, cap: int) -> None:
+        """The lead first (the goal, else what is in progress), shortened to at most ``cap``
+        and to what is left with everything else omitted."""
+        if not self.sections or self.sections[0].title not in (GOAL, NOW):
             return
-        task = self.sections[0]
-        line = task.lines[0]
-        self.sections[0] = _Section(task.title, [""], task.quota, task.total)
+        lead = self.sections[0]
+        line = lead.lines[0]
+        self.sections[0] = _Section(lead.title, [""], lead.quota, lead.total)
         self.kept[0], self.sizes[0] = 1, 1
-        self.task_room = min(limit - self.length(), cap)
-        if len(line) > self.task_room:
-            self.task_shortened = True  # which lengthens the omitted line
-            self.task_room = min(limit - self.length(), cap)
-            line = _shorten(line, max(1, self.task_room))
-        self.sections[0] = _Section(task.title, [line], task.quota, task.total)
+        self.lead_room = min(limit - self.length(), cap)
+        if len(line) > self.lead_room:
+            self.lead_shortened = True  # which lengthens the omitted line
+            self.lead_room = min(limit - self.length(), cap)
+            line = _shorten(line, max(1, self.lead_room))
+        self.sections[0] = _Section(lead.title, [line], lead.quota, lead.total)
         self.sizes[0] = 1 + len(line)
 
     def fill(self, limit: int) -> None:
@@ -511,7 +618,7 @@ class _Fit:
         lines = list(self.frame.head)
         for section, kept in zip(self.sections, self.kept, strict=True):
             if kept:
-                lines += ["", f"### {section.title}", *section.lines[:kept]]
+                lines += ["", f"### {section.title}", *section.shown(kept)]
         omitted = self.omitted()
         if omitted:
             lines += ["", self.frame.footer(omitted)]
@@ -532,13 +639,13 @@ def recovery_render(
     """Render the recovery context for ``checkpoint`` in at most ``budget`` characters.
 
     The budget is the configured recovery budget, itself reserved inside the inject budget
-    and below the harness cap. The task comes first whatever the budget, shortened if need
-    be (to at most half the budget). Every section then gets its first few lines in
-    priority order, and the budget left goes to the rest in the same order; sections are cut
-    at line boundaries, none appears while one above it is missing, and the last line says
-    what did not fit (and, with room, where to get it). The frame (where the checkpoint came
-    from, the omitted line) gets terser as the budget shrinks: it may take at most a third
-    of it, unless everything fits anyway.
+    and below the harness cap. The goal (else what is in progress) comes first whatever the
+    budget, shortened if need be (to at most half the budget). Every section then gets its
+    first few lines in priority order, and the budget left goes to the rest in the same
+    order; sections are cut at line boundaries, none appears while one above it is missing,
+    and the last line says what did not fit (and, with room, where to get it). The frame
+    (where the checkpoint came from, the omitted line) gets terser as the budget shrinks: it
+    may take at most a third of it, unless everything fits anyway.
     """
     limit = min(
         budget if budget is not None else config.recovery_budget_chars,
@@ -547,9 +654,11 @@ def recovery_render(
         HARNESS_CONTEXT_CAP_CHARS - 1,
     )
     sections = _sections(checkpoint, compact_summary, limit)
-    task_cap = max(MIN_TASK_CHARS, limit // 2)
-    wanted_task = (
-        min(len(sections[0].lines[0]), task_cap) if sections and sections[0].title == TASK else 0
+    lead_cap = max(MIN_LEAD_CHARS, limit // 2)
+    wanted_lead = (
+        min(len(sections[0].lines[0]), lead_cap)
+        if sections and sections[0].title in (GOAL, NOW)
+        else 0
     )
     frames = _frames(
         checkpoint=checkpoint,
@@ -560,11 +669,11 @@ def recovery_render(
     )
     for frame in frames:
         fit = _Fit(frame, sections)
-        fit.place_task(limit, task_cap)
+        fit.place_lead(limit, lead_cap)
         fit.fill(limit)
         if not fit.omitted():
             break
-        if fit.overhead() * 3 <= limit and fit.task_room >= wanted_task:
+        if fit.overhead() * 3 <= limit and fit.lead_room >= wanted_lead:
             break
     text = fit.text()
     if len(text) > limit:  # only a budget below the allowed minimum gets here

@@ -199,6 +199,25 @@ def _opens_code(text: str, end: int) -> bool:
     return text[end : end + 1] in ("(", "[", "{", "<")
 
 
+_EMPHASIS_END_RE = re.compile(r"(?<=[^*_])(?:\*{1,3}|_{1,3})\Z")
+
+
+def _emphasis_closed(text: str, at: int, value: str) -> str:
+    """``value`` without the Markdown marks that close an emphasis opened before the keyword
+    on its line: in ``**Secret Scanning**:`` the value is ``Scanning``, not ``Scanning**``
+    (whose symbols would make a plain word look like a password). The opening marks start a
+    word; only what follows the line's last redaction counts, so that a second pass decides
+    as the first did."""
+    marks = _EMPHASIS_END_RE.search(value)
+    if marks is None:
+        return value
+    line = text[text.rfind("\n", 0, at) + 1 : at + 1]  # and the keyword's first letter
+    if REDACTED in line:
+        line = line[line.rfind(REDACTED) + len(REDACTED) :]
+    opened = re.search(r"(?:^|[\s(\[])" + re.escape(marks[0]) + r"[^\s*_]", line)
+    return value[: marks.start()] if opened else value
+
+
 def keyword_value(match: re.Match[str]) -> tuple[int, int] | None:
     """A value right after a keyword with only whitespace between: ``with secret X``.
 
@@ -212,7 +231,7 @@ def keyword_value(match: re.Match[str]) -> tuple[int, int] | None:
     quoted = match.start("qv") >= 0
     if not quoted and _opens_code(text, match.end("bare")):
         return None
-    value = match["qv"] if quoted else trim_bare(match["bare"])
+    value = match["qv"] if quoted else _emphasis_closed(text, at, trim_bare(match["bare"]))
     start = match.start("qv") if quoted else match.start("bare")
     if is_placeholder(value):
         return None
