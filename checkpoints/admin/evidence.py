@@ -104,8 +104,10 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
             "Recent work",
             {
                 "fields": [
+                    "goal",
                     "current_task",
                     "next_steps_list",
+                    "decisions_list",
                     "recent_prompts_list",
                     "recent_queries_list",
                     "recent_remembers_list",
@@ -149,6 +151,7 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
     recent_remembers_list = list_column("recent_remembers", "recent remembers")
     modified_files_list = list_column("modified_files", "modified files")
     next_steps_list = list_column("next_steps", "next steps")
+    decisions_list = list_column("decisions", "decisions the user stated")
 
     @admin.display(boolean=True)
     def live(self, obj: Session) -> bool:
@@ -200,6 +203,7 @@ class CheckpointAdmin(ReadOnlyAdmin[Checkpoint]):
             "Structured fields",
             {
                 "fields": [
+                    "goal",
                     "current_task",
                     "decisions_list",
                     "open_questions_list",
