@@ -73,7 +73,7 @@ _SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the convers
 _SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 # A tool result that failed or that the user rejected says so (the bare quotes make it a key
 # of the line's own, not text inside a string); the edit it answers changed nothing.
-_ERROR_MARK = b'"is_error":true'
+ERROR_MARK = b'"is_error":true'
 # Edits whose result has not been seen yet; more than this means results went missing.
 MAX_PENDING_EDITS = 64
 # Touches of files older than this many edits are final (a result follows its call).
@@ -413,7 +413,7 @@ def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
     return tuple(items)
 
 
-def _result_mark(tool_id: str) -> bytes:
+def result_mark(tool_id: str) -> bytes:
     """How the result of call ``tool_id`` names it, bare-quoted as only a key can be."""
     return f'"tool_use_id":"{tool_id}"'.encode()
 
@@ -482,7 +482,7 @@ class _Reader:
         """Whether a tool result line, skipped unparsed otherwise, may say that an edit call
         failed (then it is parsed); a result that did not is that call's end."""
         for mark in [mark for mark in self.edits if mark in line]:
-            if _ERROR_MARK in line:
+            if ERROR_MARK in line:
                 return True
             del self.edits[mark]
         return False
@@ -525,7 +525,7 @@ class _Reader:
                 continue
             tool_id = block.get("tool_use_id")
             if isinstance(tool_id, str) and tool_id in pending:
-                del self.edits[_result_mark(tool_id)]
+                del self.edits[result_mark(tool_id)]
                 if block.get("is_error") is True:  # failed, or the user said no
                     self.failed.add(tool_id)
 
@@ -574,7 +574,7 @@ class _Reader:
             tool_id = tool_id if isinstance(tool_id, str) else ""
             self.touches.append((path, tool_id))
             if tool_id:
-                self.edits[_result_mark(tool_id)] = tool_id
+                self.edits[result_mark(tool_id)] = tool_id
                 if len(self.edits) > MAX_PENDING_EDITS:
                     del self.edits[next(iter(self.edits))]
             if len(self.touches) > MAX_TOUCHES:
