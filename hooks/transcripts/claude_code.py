@@ -74,7 +74,8 @@ _SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 # A tool result that failed or that the user rejected says so (the bare quotes make it a key
 # of the line's own, not text inside a string); the edit it answers changed nothing.
 ERROR_MARK = b'"is_error":true'
-# Edits whose result has not been seen yet; more than this means results went missing.
+# The last this many edit calls can still turn out to have failed (a result follows its
+# call, after the other calls of the same response at most).
 MAX_PENDING_EDITS = 64
 # Touches of files older than this many edits are final (a result follows its call).
 MAX_TOUCHES = 4096
@@ -301,7 +302,7 @@ def parse_lines(
             isinstance(raw, bytes)
             and is_tool_result(raw)
             and not any(mark in raw for mark in _TASK_RESULT_MARKS)
-            and not (reader.edits and reader.edit_failed_maybe(raw))
+            and not (reader.edits and ERROR_MARK in raw and reader.edit_failed(raw))
         ):
             reader.branch_hint(raw)
             continue
@@ -433,7 +434,8 @@ class _Reader:
         # The edit calls in file order, (path, tool id), and the ids of those that failed.
         self.touches: list[tuple[str, str]] = []
         self.failed: set[str] = set()
-        # The edit calls whose result was not seen yet: the mark of the result's id -> id.
+        # The last edit calls, whose result can still say they failed: the mark of the
+        # result's id -> id. (A result that did not fail is skipped unparsed: it stays here.)
         self.edits: dict[bytes, str] = {}
         self.last_assistant_message = ""
         self.git_branch = ""
@@ -478,14 +480,10 @@ class _Reader:
                 return
             start = line.find(_BRANCH_KEY, start + 1)
 
-    def edit_failed_maybe(self, line: bytes) -> bool:
-        """Whether a tool result line, skipped unparsed otherwise, may say that an edit call
-        failed (then it is parsed); a result that did not is that call's end."""
-        for mark in [mark for mark in self.edits if mark in line]:
-            if ERROR_MARK in line:
-                return True
-            del self.edits[mark]
-        return False
+    def edit_failed(self, line: bytes) -> bool:
+        """Whether a failed tool result's line, skipped unparsed otherwise, names an edit
+        call (then it is parsed to be sure)."""
+        return any(mark in line for mark in self.edits)
 
     def _user(self, record: _Json) -> None:
         message = record.get("message")
@@ -519,15 +517,14 @@ class _Reader:
             del self.prompts[0]
 
     def _edit_results(self, content: list[Any]) -> None:
-        pending = set(self.edits.values())
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
             tool_id = block.get("tool_use_id")
-            if isinstance(tool_id, str) and tool_id in pending:
-                del self.edits[result_mark(tool_id)]
-                if block.get("is_error") is True:  # failed, or the user said no
-                    self.failed.add(tool_id)
+            if not isinstance(tool_id, str) or self.edits.pop(result_mark(tool_id), None) is None:
+                continue
+            if block.get("is_error") is True:  # failed, or the user said no
+                self.failed.add(tool_id)
 
     def _assistant(self, record: _Json) -> None:
         message = record.get("message")
@@ -552,7 +549,7 @@ class _Reader:
         if kind == "text":
             text = block.get("text")
             if isinstance(text, str) and text.strip():
-                self.last_assistant_message = message_text(text)
+                self.last_assistant_message = text  # clipped once, at the end
             return
         if kind != "tool_use":
             return
@@ -610,7 +607,7 @@ class _Reader:
             last_user_request=self.last_user_request,
             recent_prompts=tuple(self.prompts),
             modified_files=self._files(self.touches),
-            last_assistant_message=self.last_assistant_message,
+            last_assistant_message=message_text(self.last_assistant_message),
             git_branch=self.git_branch,
             model=self.model,
             context_tokens=self.usage.context_tokens,
