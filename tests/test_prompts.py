@@ -158,3 +158,13 @@ def test_importing_it_loads_no_module_the_hook_has_not():
     )
 
     assert out.stdout.strip() == "['__future__', 'transcripts', 'transcripts.prompts']"
+
+
+def test_a_limit_cleans_only_the_start_of_a_long_paste():
+    pasted = f"{IDE_FILE}\nwhy?\n" + "\x1b[1;33mWARN\x1b[0m retry\n" * 5000
+
+    text = prompt_text(pasted, limit=100)
+
+    assert text.startswith("why?\nWARN retry\nWARN retry")
+    assert len(text) <= 200
+    assert "\x1b" not in text

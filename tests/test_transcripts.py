@@ -850,7 +850,7 @@ def test_the_latest_compaction_summary_is_kept_flagged_or_not():
         "/home/alice/.claude/projects/-home-alice-projects-webapp/s-1.jsonl"
     )
     flags = {"isVisibleInTranscriptOnly": True, "isCompactSummary": True}
-    lines = [boundary(), user(first, **flags), user("Go on."), boundary(), user(second)]
+    lines = [boundary(), user(first, **flags), user("Go on."), boundary(), user([text(second)])]
 
     facts = parse_lines(lines)
 

@@ -350,15 +350,16 @@ def _text_of(content: object) -> str:
     return "\n".join(parts)
 
 
-def typed_text(content: object) -> str:
+def typed_text(content: object, limit: int = MESSAGE_CHARS) -> str:
     """What a person typed in a user line's content: each text block cleaned on its own (an
-    IDE notice block next to the typed one leaves the typed one), the rest joined."""
+    IDE notice block next to the typed one leaves the typed one), the rest joined; about
+    ``limit`` chars are cleaned, the caller clips."""
     if isinstance(content, str):
-        return prompt_text(content)
+        return prompt_text(content, limit=limit)
     if not isinstance(content, list):
         return ""
     parts = [
-        prompt_text(block["text"])
+        prompt_text(block["text"], limit=limit)
         for block in content
         if isinstance(block, dict)
         and block.get("type") == "text"
@@ -378,9 +379,9 @@ def summary_text(text: str) -> str:
 def message_text(text: str, limit: int = MESSAGE_CHARS) -> str:
     """An assistant message within ``limit`` chars: whole when it fits, else its start and
     its last paragraph (where a closing question or next step is) joined by " … "."""
-    text = strip_ansi(text).strip()
+    text = text.strip()
     if len(text) <= limit:
-        return text
+        return strip_ansi(text)
     last = text.rstrip().rpartition("\n\n")[2].strip()
     room = limit // 2
     if len(last) > room:  # a long last paragraph: its end, from a word start
@@ -388,7 +389,7 @@ def message_text(text: str, limit: int = MESSAGE_CHARS) -> str:
         space = cut.find(" ")
         last = cut[space + 1 :] if 0 <= space < room // 4 else cut
     head = text[: limit - len(last) - 3].rstrip()
-    return f"{head} … {last}"
+    return strip_ansi(f"{head} … {last}")
 
 
 def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
@@ -503,11 +504,11 @@ class _Reader:
                         self.tasks.tool_result(block, result)
             if self.edits:
                 self._edit_results(content)
-        elif isinstance(content, str) and content.lstrip().startswith(SUMMARY_OPENING):
-            self.compact_summary = summary_text(content)  # a summary line without its flag
-            return
         text = typed_text(content)
         if not text:
+            raw = _text_of(content)
+            if raw.lstrip().startswith(SUMMARY_OPENING):  # a summary line without its flag
+                self.compact_summary = summary_text(raw)
             return
         if not self.goal and goal_worthy(text):
             self.goal = _clip(text, MESSAGE_CHARS)

@@ -80,17 +80,24 @@ _SGR_MAX_PARAMS = 16
 _SGR_PARAMS = frozenset("0123456789;")
 
 
-def prompt_text(text: str) -> str:
+def prompt_text(text: str, *, limit: int = 0) -> str:
     """What a person typed in ``text`` (a prompt, or one text block of a user line), stripped;
-    '' when nothing is left. ``prompt_text(prompt_text(x)) == prompt_text(x)``."""
+    '' when nothing is left. ``prompt_text(prompt_text(x)) == prompt_text(x)``.
+
+    With a ``limit``, only about that many characters are wanted: the rest is cut off before
+    the ANSI codes are looked for (a pasted log can hold thousands), and the caller clips.
+    """
     if not text:
         return ""
-    text = strip_ansi(text)
     if "<" in text:
         command = _slash_command(text)
         if command is not None:
             return command
         text = _without_notices(text)
+    text = text.strip()
+    if limit and len(text) > 2 * limit:
+        text = text[: 2 * limit]
+    text = strip_ansi(text)
     if _INTERRUPTED in text:
         text = "\n".join(line for line in text.split("\n") if not line.startswith(_INTERRUPTED))
     text = text.strip()

@@ -306,7 +306,7 @@ def _user(record: dict[str, Any], content: Any, at: str, events: list[Any]) -> N
         or _version(record.get("version")) < PROMPT_ID_VERSION
     ):
         return
-    text = typed_text(content)
+    text = typed_text(content, PROMPT_CHARS)
     if text:
         events.append({"type": "prompt", "id": prompt_id, "text": text[:PROMPT_CHARS], "at": at})
 
