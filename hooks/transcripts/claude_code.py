@@ -77,7 +77,8 @@ ERROR_MARK = b'"is_error":true'
 # The last this many edit calls can still turn out to have failed (a result follows its
 # call, after the other calls of the same response at most).
 MAX_PENDING_EDITS = 64
-# Touches of files older than this many edits are final (a result follows its call).
+# Past this many edit calls, those that can no longer fail are settled into the files they
+# leave (a long input stays bounded).
 MAX_TOUCHES = 4096
 # A branch with a quote or backslash in its name (escaped in JSON) just does not match here.
 _BRANCH_KEY = b'"gitBranch":"'

@@ -245,7 +245,8 @@ class _Scan:
             ):
                 self._results(record)
                 return
-            self.pending.clear()  # a person's turn: the calls before it got no result
+            if record.get("isMeta") is not True:  # a hook's or a skill's text is not a turn
+                self.pending.clear()  # a person's turn: the calls before it got no result
             _user(record, content, at, self.events)
             self.starts += [start] * (len(self.events) - len(self.starts))
 
