@@ -132,16 +132,16 @@ def test_cleaning_twice_changes_nothing():
 @pytest.mark.parametrize(
     "text",
     ["hi", "ok", "continue", "yes", "go on", "ok thanks!", "yes, do it", "Hi Claude", "what's up",
-     "refactor", "/clear", "/"],
+     "refactor", "/clear", "/", "# always use uv", "/remember use uv"],
 )  # fmt: skip
-def test_greetings_and_go_aheads_state_no_goal(text):
+def test_greetings_go_aheads_and_notes_state_no_goal(text):
     assert not goal_worthy(text)
 
 
 @pytest.mark.parametrize(
     "text",
     ["fix the login test", "fix it", "Add rate limiting to POST /api/login", "/opsx:apply x",
-     "/init", "internationalisation"],
+     "/init", "internationalisation", "## Task\nPort the exporter"],
 )  # fmt: skip
 def test_a_request_states_a_goal(text):
     assert goal_worthy(text)

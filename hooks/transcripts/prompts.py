@@ -9,10 +9,11 @@ typed next to it), writes a slash command as typed (``/opsx:apply x y``; a local
 such as ``/clear`` never reaches the model and is no prompt), and strips ANSI colour codes,
 with their ESC byte or without it (a pasted log loses it: ``[1;33m`` … ``[0m``).
 
-``goal_worthy`` says whether a prompt can state what a session is for. The rule: a slash
-command can; any other prompt needs at least two words or 15 characters, and a word that is
-not a greeting, an acknowledgement or a go-ahead ("hi", "ok thanks", "yes go on",
-"continue", "do it" cannot; "fix the login test" can).
+``goal_worthy`` says whether a prompt can state what a session is for. The rule: a note to
+keep ("# use uv", "/remember …") cannot; a slash command can; any other prompt needs at
+least two words or 15 characters, and a word that is not a greeting, an acknowledgement or a
+go-ahead ("hi", "ok thanks", "yes go on", "continue", "do it" cannot; "fix the login test"
+can).
 
 The hook client imports this at every event (``sync.py``), so it uses string methods only:
 importing ``re`` would cost more than the read. The server imports it too, for the prompts
@@ -75,6 +76,8 @@ ACK_WORDS = frozenset(
     }
 )  # fmt: skip
 GOAL_MIN_CHARS = 15
+# Claude Code's ways to keep a note ("##" starts a Markdown heading instead).
+_NOTES = ("#", "/remember")
 # An SGR parameter list ("1;33") is short; a longer bracketed run is something else.
 _SGR_MAX_PARAMS = 16
 _SGR_PARAMS = frozenset("0123456789;")
@@ -109,6 +112,8 @@ def prompt_text(text: str, *, limit: int = 0) -> str:
 def goal_worthy(text: str) -> bool:
     """Whether the prompt ``text`` (as ``prompt_text`` gives it) can state a session's goal."""
     text = text.strip()
+    if text.startswith(_NOTES) and not text.startswith("##"):
+        return False
     if text.startswith("/"):
         return len(text) > 1 and not _is_local_command(text)
     if len(text) > 200:
