@@ -23,7 +23,7 @@ from checkpoints.harnesses.base import (
     text_field,
 )
 from checkpoints.models import Checkpoint, Session
-from tests.hookutil import payload, send
+from tests.hookutil import TRANSCRIPT, client_read, payload, send
 
 pytestmark = pytest.mark.django_db
 
@@ -92,3 +92,50 @@ def test_the_route_shape_is_the_adapters(tiny, client_for, owner):
     assert claude.status_code == 404
     assert claude.json()["error"] == "wrong_route"
     assert not Session.objects.exists()
+
+
+# Claude Code's adapter: what a person typed, and the facts its hook client reads.
+
+IDE_FILE = (
+    "<ide_opened_file>The user opened the file /home/alice/projects/webapp/src/vat.py in the "
+    "IDE. This may or may not be related to the current task.</ide_opened_file>"
+)
+TASK_EXIT = (
+    "<task-notification>\n<task-id>b8k2j1x</task-id>\n<status>failed</status>\n"
+    '<summary>Background command "npm run dev" failed with exit code 143</summary>\n'
+    "</task-notification>\nRead the output file to retrieve the result: /tmp/b8k2j1x.output"
+)
+
+
+def test_a_claude_code_prompt_is_what_a_person_typed(client_for, owner, clock):
+    hook = client_for(owner, "ingest")
+    now = clock.now.isoformat()
+    send(
+        hook, payload("user_prompt_submit", prompt=f"{IDE_FILE}\nFix the VAT rate", prompt_id="p-1")
+    )
+    send(hook, payload("user_prompt_submit", prompt=TASK_EXIT, prompt_id="p-2"))
+    send(hook, payload("user_prompt_submit", prompt=f"{IDE_FILE}\n# use uv", prompt_id="p-3"))
+    # An older client's catch-up, notices and all: the server cleans it the same way.
+    backlog = [
+        {"type": "prompt", "id": "p-4", "text": TASK_EXIT, "at": now},
+        {"type": "prompt", "id": "p-5", "text": "\x1b[1;31mFAIL\x1b[0m: why?", "at": now},
+    ]
+    send(hook, payload("stop", signet={"sync": {"events": backlog}}))
+
+    session = Session.objects.get()
+    assert session.recent_prompts == ["Fix the VAT rate", "# use uv", "FAIL: why?"]
+    assert session.recent_remembers == ["use uv"]
+
+
+def test_the_claude_code_reader_s_goal_and_summary_reach_the_event():
+    body = client_read(payload("pre_compact_auto", transcript_path=str(TRANSCRIPT)))
+
+    event = ADAPTERS["claude-code"].parse(body)
+
+    assert event.transcript is not None
+    assert event.transcript.goal == (
+        "Add rate limiting to POST /api/login: max 5 attempts per IP per 15 minutes, "
+        "return 429 with Retry-After."
+    )
+    assert event.transcript.compact_summary.startswith("Summary:\n1. Primary Request and Intent:")
+    assert "3. Pending Tasks:" in event.transcript.compact_summary

@@ -177,7 +177,9 @@ def test_a_backlog_of_a_kind_this_server_does_not_know_is_ignored(hook):
 # --- the client ------------------------------------------------------------------------------
 
 
-def user_line(text: str, prompt_id: str, *, version: str = VERSION, **extra: Any) -> dict[str, Any]:
+def user_line(
+    text: str | list[dict[str, Any]], prompt_id: str, *, version: str = VERSION, **extra: Any
+) -> dict[str, Any]:
     return {
         "type": "user", "uuid": f"u-{prompt_id}", "promptId": prompt_id, "version": version,
         "timestamp": STAMP, "isSidechain": False,
@@ -251,6 +253,116 @@ def test_the_client_sends_what_the_transcript_gained_since_its_last_event(tmp_pa
     assert collect(transcript, tmp_path / "sync").events == second.events
     second.commit()
     assert collect(transcript, tmp_path / "sync").events == []
+
+
+def result_line(tool_id: str, content: str, *, error: bool = False) -> dict[str, Any]:
+    """A tool result as Claude Code 2.1 writes it (a failed one: ``is_error`` before the id)."""
+    block: dict[str, Any] = {"type": "tool_result", "content": content}
+    if error:
+        block["is_error"] = True
+    block["tool_use_id"] = tool_id
+    return {
+        "type": "user", "uuid": f"r-{tool_id}", "version": VERSION, "isSidechain": False,
+        "timestamp": "2026-11-27T00:11:01.000Z", "message": {"role": "user", "content": [block]},
+        "toolUseResult": f"Error: {content}" if error else {"filePath": "/p/x.py"},
+    }  # fmt: skip
+
+
+def started(tmp_path: Path) -> Path:
+    transcript = tmp_path / "t.jsonl"
+    transcript.touch()
+    collect(transcript, tmp_path / "sync").commit()
+    return transcript
+
+
+def test_the_client_sends_only_what_a_person_typed(tmp_path):
+    transcript = started(tmp_path)
+    notice = (
+        "<task-notification>\n<task-id>b8k2j1x</task-id>\n<status>failed</status>\n"
+        '<summary>Background command "npm run dev" failed with exit code 143</summary>\n'
+        "</task-notification>\nRead the output file to retrieve the result: /tmp/b8k2j1x.output"
+    )
+    ide = (
+        "<ide_opened_file>The user opened the file /p/vat.py in the IDE. This may or may not "
+        "be related to the current task.</ide_opened_file>"
+    )
+    append(
+        transcript,
+        user_line(notice, "p-1"),
+        user_line([{"type": "text", "text": ide}, {"type": "text", "text": "Why 19%?"}], "p-2"),
+        user_line(
+            "<command-message>opsx:apply</command-message>\n"
+            "<command-name>/opsx:apply</command-name>\n<command-args>vat-rate</command-args>",
+            "p-3",
+        ),
+        user_line("<command-name>/clear</command-name>\n<command-args></command-args>", "p-4"),
+        user_line("\x1b[1;31mFAIL\x1b[0m test_vat [2mline 3[0m: why?", "p-5"),
+    )
+
+    found = collect(transcript, tmp_path / "sync")
+
+    assert [(e["id"], e["text"]) for e in found.events] == [
+        ("p-2", "Why 19%?"),
+        ("p-3", "/opsx:apply vat-rate"),
+        ("p-5", "FAIL test_vat line 3: why?"),
+    ]
+
+
+def test_a_failed_or_rejected_edit_is_not_sent(tmp_path):
+    transcript = started(tmp_path)
+    append(
+        transcript,
+        edit_line("toolu_1", "Edit", "/p/a.py"),
+        result_line(
+            "toolu_1",
+            "<tool_use_error>String to replace not found in file.</tool_use_error>",
+            error=True,
+        ),
+        edit_line("toolu_2", "Write", "/p/b.py"),
+        result_line(
+            "toolu_2",
+            "The user doesn't want to proceed with this tool use. The tool use was rejected.",
+            error=True,
+        ),
+        edit_line("toolu_3", "Edit", "/p/c.py"),
+        result_line("toolu_3", "The file /p/c.py has been updated successfully."),
+    )
+
+    found = collect(transcript, tmp_path / "sync")
+
+    assert [e["file"] for e in found.events] == ["/p/c.py"]
+    found.commit()
+    assert collect(transcript, tmp_path / "sync").events == []
+
+
+def test_an_edit_waits_for_its_result_before_it_is_sent(tmp_path):
+    transcript = started(tmp_path)
+    append(
+        transcript, user_line("Add the VAT rate", "p-1"), edit_line("toolu_1", "Edit", "/p/a.py")
+    )
+
+    first = collect(transcript, tmp_path / "sync")
+    first.commit()
+    append(transcript, result_line("toolu_1", "The file /p/a.py has been updated successfully."))
+    second = collect(transcript, tmp_path / "sync")
+    second.commit()
+
+    assert [e["id"] for e in first.events] == ["p-1"]  # PostToolUse time: no result yet
+    assert [e["id"] for e in second.events] == ["toolu_1"]
+    assert collect(transcript, tmp_path / "sync").events == []
+
+
+def test_an_edit_that_never_got_a_result_is_sent_once_the_session_moved_on(tmp_path):
+    transcript = started(tmp_path)
+    append(
+        transcript,
+        edit_line("toolu_1", "Edit", "/p/a.py"),  # the agent was killed mid-edit
+        user_line("Where were we?", "p-2"),
+    )
+
+    found = collect(transcript, tmp_path / "sync")
+
+    assert [e["id"] for e in found.events] == ["toolu_1", "p-2"]
 
 
 def test_the_client_sends_a_bounded_part_and_the_next_event_the_rest(tmp_path):

@@ -177,6 +177,21 @@ def test_the_fixture_transcript_yields_its_facts():
     assert facts.truncated is False
 
 
+def test_the_fixture_transcript_yields_its_goal_and_compaction_summary():
+    facts = fixture_facts()
+
+    assert facts.goal == (
+        "Add rate limiting to POST /api/login: max 5 attempts per IP per 15 minutes, "
+        "return 429 with Retry-After."
+    )
+    # Without Claude Code's preamble, as PostCompact's compact_summary.
+    assert facts.compact_summary.startswith("Summary:\n1. Primary Request and Intent:\n")
+    assert facts.compact_summary.endswith("   - Re-run npm test -- auth.")
+    payload = facts.as_payload()
+    assert payload["goal"] == facts.goal
+    assert payload["compact_summary"] == facts.compact_summary
+
+
 def test_a_subagent_file_is_all_sidechain_and_yields_only_the_branch():
     facts = read_transcript(SUBAGENT)
 
@@ -272,7 +287,7 @@ def test_without_an_in_progress_todo_the_last_request_is_the_current_task():
 def test_harness_artifacts_are_not_user_requests():
     lines = [
         user("Make the login form accessible."),
-        user("<command-name>/remember</command-name>\n<command-args>x</command-args>"),
+        user("<command-name>/compact</command-name>\n<command-args>x</command-args>"),
         user("<local-command-stdout>Saved.</local-command-stdout>"),
         user("<command-message>remember is running…</command-message>"),
         user("<system-reminder>The user opened a file.</system-reminder>"),
@@ -647,3 +662,226 @@ def test_facts_are_values_read_only_once_made():
         item.status = "completed"
     assert copy.deepcopy(item) == item
     assert pickle.loads(pickle.dumps(item)) == item  # noqa: S301 (our own bytes)
+
+
+# What a person typed (issue #30): lines as Claude Code 2.0/2.1 writes them.
+
+TASK_EXIT = (
+    "<task-notification>\n<task-id>b8k2j1x</task-id>\n<tool-use-id>toolu_01Vd9</tool-use-id>\n"
+    "<output-file>/tmp/claude-1000/-home-alice-projects-webapp/tasks/b8k2j1x.output</output-file>\n"
+    "<status>failed</status>\n"
+    '<summary>Background command "npm run dev" failed with exit code 143</summary>\n'
+    "</task-notification>\n"
+    "Read the output file to retrieve the result: "
+    "/tmp/claude-1000/-home-alice-projects-webapp/tasks/b8k2j1x.output"
+)
+IDE_FILE = (
+    f"<ide_opened_file>The user opened the file {WEBAPP}/src/routes/auth.ts in the IDE. "
+    "This may or may not be related to the current task.</ide_opened_file>"
+)
+
+
+def slash(name: str, args: str = "") -> str:
+    return (
+        f"<command-message>{name}</command-message>\n<command-name>/{name}</command-name>\n"
+        f"<command-args>{args}</command-args>"
+    )
+
+
+def test_harness_notices_are_not_prompts_and_typed_text_beside_one_is():
+    lines = [
+        user("Fix the flaky login test."),
+        user(TASK_EXIT, origin={"kind": "task-notification"}),
+        # The VS Code extension sends the IDE notice as a text block of its own.
+        user([text(IDE_FILE), text("why does it time out after 5 s?")]),
+        user(f"{IDE_FILE}\nand the retry test?"),
+        user([text("run them again"), text("<system-reminder>Be brief.</system-reminder>")]),
+        user("\x1b[1;31mERROR\x1b[0m pool exhausted\n[1;33mWARN[0m retrying: what is this?"),
+        user("<local-command-stdout>Set model to claude-opus-4-1[1m]</local-command-stdout>"),
+        user(TASK_EXIT),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.recent_prompts == (
+        "Fix the flaky login test.",
+        "why does it time out after 5 s?",
+        "and the retry test?",
+        "run them again",
+        "ERROR pool exhausted\nWARN retrying: what is this?",
+    )
+    assert facts.last_user_request == "ERROR pool exhausted\nWARN retrying: what is this?"
+    assert facts.current_task == facts.last_user_request
+
+
+def test_slash_commands_are_prompts_as_typed_and_local_ones_are_not():
+    lines = [
+        user(slash("opsx:apply", "add-login-rate-limit")),
+        user("Base directory for this skill: /home/alice/.claude/skills/opsx", isMeta=True),
+        user(slash("model", "opus")),
+        user("<local-command-stdout>Set model to opus</local-command-stdout>"),
+        user(slash("clear")),
+        user(slash("review")),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.recent_prompts == ("/opsx:apply add-login-rate-limit", "/review")
+    assert facts.goal == "/opsx:apply add-login-rate-limit"
+
+
+def test_recent_prompts_are_the_last_ten_a_person_typed():
+    lines = []
+    for n in range(12):
+        lines += [user(f"Step {n}: tighten the limiter"), user(TASK_EXIT), user(IDE_FILE)]
+
+    facts = parse_lines(lines)
+
+    assert facts.recent_prompts == tuple(f"Step {n}: tighten the limiter" for n in range(2, 12))
+
+
+def edit(name: str, path: str, tool_id: str) -> dict[str, Any]:
+    field = "notebook_path" if name == "NotebookEdit" else "file_path"
+    return {"type": "tool_use", "id": tool_id, "name": name, "input": {field: path}}
+
+
+def result(tool_id: str, content: str, **extra: Any) -> str:
+    block: dict[str, Any] = {"type": "tool_result", "content": content}
+    if "is_error" in extra:
+        block["is_error"] = extra.pop("is_error")
+    block["tool_use_id"] = tool_id
+    return user([block], **extra)
+
+
+EDIT_OK = {"toolUseResult": {"filePath": "/p/x.py", "oldString": "a", "newString": "b"}}
+NOT_FOUND = (
+    "<tool_use_error>String to replace not found in file.\nString: retryAfter</tool_use_error>"
+)
+REJECTED = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it "
+    "was a file edit, the new_string was NOT written to the file). STOP what you are doing and "
+    "wait for the user to tell you how to proceed."
+)
+
+
+def test_a_failed_or_rejected_edit_is_not_a_modified_file(tmp_path):
+    lines = [
+        assistant([edit("Edit", "/p/a.py", "toolu_A1")]),
+        result("toolu_A1", "The file /p/a.py has been updated.", **EDIT_OK),
+        assistant([edit("Write", "/p/c.py", "toolu_C1")]),
+        result("toolu_C1", "File created successfully at: /p/c.py", **EDIT_OK),
+        assistant([edit("Edit", "/p/a.py", "toolu_A2")]),  # a's last touch fails: a stays first
+        result("toolu_A2", NOT_FOUND, is_error=True, toolUseResult=f"Error: {NOT_FOUND}"),
+        assistant([edit("Write", "/p/new.py", "toolu_N")]),
+        result("toolu_N", REJECTED, is_error=True, toolUseResult="User rejected tool use"),
+        assistant([edit("MultiEdit", "/p/m.py", "toolu_M")]),
+        result(
+            "toolu_M",
+            "<tool_use_error>File has not been read yet. Read it first before writing to it."
+            "</tool_use_error>",
+            is_error=True,
+            toolUseResult="Error: File has not been read yet.",
+        ),
+        assistant([edit("NotebookEdit", "/p/n.ipynb", "toolu_B")]),
+        result("toolu_B", "Updated cell 2", **EDIT_OK),
+        assistant([edit("Edit", "/p/late.py", "toolu_L")]),  # no result yet: counts
+    ]
+    path = tmp_path / "edits.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.modified_files == ("/p/a.py", "/p/c.py", "/p/n.ipynb", "/p/late.py")
+    assert parse_lines(lines).modified_files == facts.modified_files
+
+
+def test_a_failed_result_of_another_tool_leaves_the_edit(tmp_path):
+    lines = [
+        assistant([edit("Edit", "/p/a.py", "toolu_A"), tool_use("Bash", {"command": "false"})]),
+        result("toolu_1", "Exit code 1", is_error=True, toolUseResult="Error: Exit code 1"),
+        result("toolu_A", "The file /p/a.py has been updated.", **EDIT_OK),
+    ]
+    path = tmp_path / "other.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.modified_files == ("/p/a.py",)
+
+
+def test_the_goal_is_the_first_substantive_request_read_from_the_start(tmp_path):
+    lines = [
+        user("hi"),
+        assistant([text("Hi! What can I do for you?")]),
+        user(IDE_FILE),
+        user("Make the login limiter per account, not per IP."),
+        user("ok go on"),
+        user("Also log each refusal."),
+    ]
+    path = tmp_path / "goal.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    whole = read_transcript(path)
+    tail = read_transcript(path, max_bytes=len(lines[-1]) * 3)
+
+    assert whole is not None
+    assert whole.goal == "Make the login limiter per account, not per IP."
+    assert tail is not None
+    assert tail.truncated is True
+    assert tail.goal == ""  # the opening request is not in the tail
+
+
+def test_the_latest_compaction_summary_is_kept_flagged_or_not():
+    first = (
+        "This session is being continued from a previous conversation that ran out of context. "
+        "The summary below covers the earlier portion of the conversation.\n\nSummary:\n"
+        "1. Primary Request and Intent:\n   Rate-limit login.\n"
+    )
+    second = (
+        "This session is being continued from a previous conversation that ran out of context. "
+        "The summary below covers the earlier portion of the conversation.\n\nSummary:\n"
+        "1. Primary Request and Intent:\n   Rate-limit login per account.\n\n"
+        "7. Pending Tasks:\n   - Log refusals.\n\n8. Current Work:\n   The Redis store.\n\n"
+        "9. Optional Next Step:\n   Run npm test.\n\n"
+        "If you need specific details from before compaction (like exact code snippets, error "
+        "messages, or content you generated), read the full transcript at: "
+        "/home/alice/.claude/projects/-home-alice-projects-webapp/s-1.jsonl"
+    )
+    flags = {"isVisibleInTranscriptOnly": True, "isCompactSummary": True}
+    lines = [boundary(), user(first, **flags), user("Go on."), boundary(), user([text(second)])]
+
+    facts = parse_lines(lines)
+
+    assert facts.compact_summary == (
+        "Summary:\n1. Primary Request and Intent:\n   Rate-limit login per account.\n\n"
+        "7. Pending Tasks:\n   - Log refusals.\n\n8. Current Work:\n   The Redis store.\n\n"
+        "9. Optional Next Step:\n   Run npm test."
+    )
+    assert facts.recent_prompts == ("Go on.",)
+    assert len(parse_lines([user("x" * 30_000, **flags)]).compact_summary) == 20_000
+
+
+def test_a_long_last_message_keeps_its_start_and_its_closing_paragraph():
+    body = "\n\n".join(f"Paragraph {n}: " + "details of the change. " * 20 for n in range(10))
+    closing = "Shall I also move the counters to Redis, or keep them in memory for now?"
+    message = f"I changed the limiter.\n\n{body}\n\n{closing}"
+
+    facts = parse_lines([assistant([text(message)])])
+
+    kept = facts.last_assistant_message
+    assert len(message) > 2000 >= len(kept)
+    assert kept.startswith("I changed the limiter.\n\nParagraph 0: details")
+    assert kept.endswith(f" … {closing}")
+
+
+def test_a_long_message_of_one_paragraph_keeps_its_start_and_end():
+    message = "Start. " + "word " * 1000 + "Run npm test next?"
+
+    kept = parse_lines([assistant([text(message)])]).last_assistant_message
+
+    assert len(kept) <= 2000
+    assert kept.startswith("Start. word")
+    assert kept.endswith("word Run npm test next?")
+    assert " … " in kept

@@ -33,6 +33,7 @@ from checkpoints.harnesses.base import (
     text_field,
     transcript_parse,
 )
+from hooks.transcripts.prompts import prompt_text
 
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 # Of a tool's input only the edited file's path is read (``_tool_files``), and nothing of its
@@ -123,6 +124,11 @@ class ClaudeStyleAdapter:
         """Whether the harness runs ``model`` with the long context window."""
         return False
 
+    def typed_prompt(self, prompt: str) -> str:
+        """What a person typed of a prompt the harness sends (all of it, unless the harness
+        writes text of its own into prompts)."""
+        return prompt
+
     def backlog_parse(self, client: dict[str, Any], common: dict[str, Any]) -> tuple[Event, ...]:
         """The events a client found in the transcript (``signet.sync``); none here."""
         return ()
@@ -156,7 +162,7 @@ class ClaudeStyleAdapter:
             kept = source in self.conversation_kept_on
             return Event(**common, source=source, conversation_kept=kept, extra=extra)
         if kind is EventKind.PROMPT:
-            prompt = text_field(payload, "prompt", required=True)
+            prompt = self.typed_prompt(text_field(payload, "prompt", required=True))
             remember = remembered_text(prompt, self.remember_prefixes)
             key = _delivery_key("prompt", payload.get("prompt_id"))
             return Event(**common, prompt=prompt, remember=remember, delivery_key=key, extra=extra)
@@ -202,6 +208,14 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
     kinds = KINDS
     context_events = CONTEXT_EVENTS
     remember_prefixes = REMEMBER_PREFIXES
+
+    def typed_prompt(self, prompt: str) -> str:
+        """The prompt without what Claude Code writes into prompts (the IDE's open file or
+        selection, reminders, background tasks' notices; ``prompts.prompt_text``): a prompt
+        that is only such a notice, or a local command such as ``/clear``, is '' (counted,
+        with no text). A client's ``signet.sync`` prompts pass here too, whatever its version.
+        """
+        return prompt_text(prompt)
 
     def long_context(self, model: str) -> bool:
         """A ``[1m]`` model, or one whose window is 1M without the mark (a Bedrock, Vertex or
@@ -249,7 +263,7 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
         at = _happened_at(item.get("at"))
         if kind == "prompt":
             key = _delivery_key("prompt", item.get("id"))
-            prompt = text_field(item, "text", where=where)[:SYNC_TEXT_CHARS]
+            prompt = self.typed_prompt(text_field(item, "text", where=where)[:SYNC_TEXT_CHARS])
             if not key or not prompt:
                 return None
             remember = remembered_text(prompt, self.remember_prefixes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from .prompts import goal_worthy, prompt_text, strip_ansi
 from .tasks import TaskTracker, current_task, read_task_files
 from .usage import SYNTHETIC_MODEL, UsageTracker, is_tool_result, iter_lines, read_tail
 
@@ -35,6 +36,7 @@ DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 MAX_PROMPTS = 10
 PROMPT_CHARS = 500
 MESSAGE_CHARS = 2000
+SUMMARY_CHARS = 20_000
 MAX_MODIFIED_FILES = 50
 MAX_TODOS = 100
 MAX_PATH_CHARS = 4096
@@ -47,8 +49,8 @@ EDIT_TOOLS = {
     "NotebookEdit": "notebook_path",
 }
 
-# Text the harness writes into user lines: slash-command echoes, local command output,
-# injected reminders, interruption markers, the post-compaction summary and "!" shell mode.
+# How the transcript importer tells the harness's user lines (the reader and the hook
+# client use ``prompts.prompt_text``, which also finds them inside a prompt).
 ARTIFACT_PREFIXES = (
     "<command-name>",
     "<command-message>",
@@ -64,6 +66,20 @@ ARTIFACT_PREFIXES = (
     "This session is being continued from a previous conversation",
 )
 
+# What Claude Code writes around a compaction's summary in the transcript (PostCompact's
+# ``compact_summary`` is the summary alone).
+SUMMARY_OPENING = "This session is being continued from a previous conversation"
+_SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
+_SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
+# A tool result that failed or that the user rejected says so (the bare quotes make it a key
+# of the line's own, not text inside a string); the edit it answers changed nothing.
+ERROR_MARK = b'"is_error":true'
+# The last this many edit calls can still turn out to have failed (a result follows its
+# call, after the other calls of the same response at most).
+MAX_PENDING_EDITS = 64
+# Past this many edit calls, those that can no longer fail are settled into the files they
+# leave (a long input stays bounded).
+MAX_TOUCHES = 4096
 # A branch with a quote or backslash in its name (escaped in JSON) just does not match here.
 _BRANCH_KEY = b'"gitBranch":"'
 # TaskCreate's result, the one tool result read here (it gives the task its id): the
@@ -135,12 +151,18 @@ class TranscriptFacts(_Record):
     transcript's ``TaskCreate``/``TaskUpdate`` calls built, or the latest ``TodoWrite`` list
     when that came last. ``current_task`` is its in_progress item(s), joined by "; " (a
     task with its description), else ``last_user_request``. Prompts come only from what a
-    person typed in the main chain; ``recent_prompts`` holds the last 10, oldest first, each
-    clipped to 500 chars, and ``last_user_request`` and ``last_assistant_message`` are clipped
-    to 2000. Files are the last 50 touched by the main agent's edit tools, most recent last.
-    ``context_tokens`` is the last main-chain response's input + cache read + cache creation
-    tokens after the last compaction, None when no response followed it. ``truncated`` means
-    only the tail was read.
+    person typed in the main chain (``prompts.prompt_text``: no harness notices, slash
+    commands as typed, no local built-ins, no ANSI codes); ``recent_prompts`` holds the last
+    10, oldest first, each clipped to 500 chars, and ``last_user_request`` is clipped to 2000.
+    ``goal`` is the first prompt that can state what the session is for
+    (``prompts.goal_worthy``: no greeting or go-ahead), clipped to 2000, and '' unless the read
+    began at the file's start. ``last_assistant_message`` is the main agent's last text, its
+    start and its last paragraph (its closing question or next step) when it is longer than
+    2000 chars. ``compact_summary`` is the latest compaction summary read, clipped to 20,000.
+    Files are the last 50 the main agent's edit tools changed, most recent last: a call that
+    failed or that the user rejected changed nothing. ``context_tokens`` is the last
+    main-chain response's input + cache read + cache creation tokens after the last
+    compaction, None when no response followed it. ``truncated`` means only the tail was read.
     """
 
     current_task: str
@@ -154,12 +176,16 @@ class TranscriptFacts(_Record):
     context_tokens: int | None
     compactions: int
     truncated: bool
+    goal: str
+    compact_summary: str
 
     __slots__ = (
+        "compact_summary",
         "compactions",
         "context_tokens",
         "current_task",
         "git_branch",
+        "goal",
         "last_assistant_message",
         "last_user_request",
         "model",
@@ -183,6 +209,8 @@ class TranscriptFacts(_Record):
         context_tokens: int | None,
         compactions: int,
         truncated: bool,
+        goal: str = "",
+        compact_summary: str = "",
     ) -> None:
         self._set(
             current_task=current_task,
@@ -196,6 +224,8 @@ class TranscriptFacts(_Record):
             context_tokens=context_tokens,
             compactions=compactions,
             truncated=truncated,
+            goal=goal,
+            compact_summary=compact_summary,
         )
 
     def as_payload(self) -> dict[str, Any]:
@@ -220,6 +250,8 @@ class TranscriptFacts(_Record):
             "context_tokens": self.context_tokens,
             "compactions": self.compactions,
             "truncated": self.truncated,
+            "goal": self.goal,
+            "compact_summary": self.compact_summary,
         }
 
 
@@ -271,6 +303,7 @@ def parse_lines(
             isinstance(raw, bytes)
             and is_tool_result(raw)
             and not any(mark in raw for mark in _TASK_RESULT_MARKS)
+            and not (reader.edits and ERROR_MARK in raw and reader.edit_failed(raw))
         ):
             reader.branch_hint(raw)
             continue
@@ -318,6 +351,48 @@ def _text_of(content: object) -> str:
     return "\n".join(parts)
 
 
+def typed_text(content: object, limit: int = MESSAGE_CHARS) -> str:
+    """What a person typed in a user line's content: each text block cleaned on its own (an
+    IDE notice block next to the typed one leaves the typed one), the rest joined; about
+    ``limit`` chars are cleaned, the caller clips."""
+    if isinstance(content, str):
+        return prompt_text(content, limit=limit)
+    if not isinstance(content, list):
+        return ""
+    parts = [
+        prompt_text(block["text"], limit=limit)
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    ]
+    return "\n".join(part for part in parts if part)
+
+
+def summary_text(text: str) -> str:
+    """A compaction summary as the transcript holds it, without Claude Code's preamble and
+    trailer (as PostCompact's ``compact_summary``), clipped to 20,000 chars."""
+    _, found, summary = text.partition(_SUMMARY_PREAMBLE)
+    summary = (summary if found else text).partition(_SUMMARY_TRAILER)[0]
+    return summary.strip()[:SUMMARY_CHARS]
+
+
+def message_text(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """An assistant message within ``limit`` chars: whole when it fits, else its start and
+    its last paragraph (where a closing question or next step is) joined by " … "."""
+    text = text.strip()
+    if len(text) <= limit:
+        return strip_ansi(text)
+    last = text.rstrip().rpartition("\n\n")[2].strip()
+    room = limit // 2
+    if len(last) > room:  # a long last paragraph: its end, from a word start
+        cut = last[-room:]
+        space = cut.find(" ")
+        last = cut[space + 1 :] if 0 <= space < room // 4 else cut
+    head = text[: limit - len(last) - 3].rstrip()
+    return strip_ansi(f"{head} … {last}")
+
+
 def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
     if not isinstance(todos, list):
         return None
@@ -341,6 +416,11 @@ def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
     return tuple(items)
 
 
+def result_mark(tool_id: str) -> bytes:
+    """How the result of call ``tool_id`` names it, bare-quoted as only a key can be."""
+    return f'"tool_use_id":"{tool_id}"'.encode()
+
+
 class _Reader:
     """Running state over the lines; holds only the facts, never the lines."""
 
@@ -351,8 +431,14 @@ class _Reader:
         self.todo_tool = ""
         self.prompts: list[str] = []  # the last MAX_PROMPTS
         self.last_user_request = ""
-        # A dict is an insertion-ordered set: re-touching a file moves it to the end.
-        self.modified: dict[str, None] = {}
+        self.goal = ""
+        self.compact_summary = ""
+        # The edit calls in file order, (path, tool id), and the ids of those that failed.
+        self.touches: list[tuple[str, str]] = []
+        self.failed: set[str] = set()
+        # The last edit calls, whose result can still say they failed: the mark of the
+        # result's id -> id. (A result that did not fail is skipped unparsed: it stays here.)
+        self.edits: dict[bytes, str] = {}
         self.last_assistant_message = ""
         self.git_branch = ""
         self.model = ""
@@ -396,29 +482,51 @@ class _Reader:
                 return
             start = line.find(_BRANCH_KEY, start + 1)
 
+    def edit_failed(self, line: bytes) -> bool:
+        """Whether a failed tool result's line, skipped unparsed otherwise, names an edit
+        call (then it is parsed to be sure)."""
+        return any(mark in line for mark in self.edits)
+
     def _user(self, record: _Json) -> None:
-        if (
-            record.get("isMeta") is True
-            or record.get("isCompactSummary") is True
-            or record.get("isVisibleInTranscriptOnly") is True
-        ):
-            return
         message = record.get("message")
         if not isinstance(message, dict):
             return
         content = message.get("content")
-        if isinstance(content, list) and self.tasks.creating:
-            result = record.get("toolUseResult")
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    self.tasks.tool_result(block, result)
-        text = _text_of(content).strip()
-        if not text or text.startswith(ARTIFACT_PREFIXES):
+        if record.get("isCompactSummary") is True:
+            self.compact_summary = summary_text(_text_of(content))
             return
+        if record.get("isMeta") is True or record.get("isVisibleInTranscriptOnly") is True:
+            return
+        if isinstance(content, list):
+            if self.tasks.creating:
+                result = record.get("toolUseResult")
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        self.tasks.tool_result(block, result)
+            if self.edits:
+                self._edit_results(content)
+        text = typed_text(content)
+        if not text:
+            raw = _text_of(content)
+            if raw.lstrip().startswith(SUMMARY_OPENING):  # a summary line without its flag
+                self.compact_summary = summary_text(raw)
+            return
+        if not self.goal and goal_worthy(text):
+            self.goal = _clip(text, MESSAGE_CHARS)
         self.last_user_request = _clip(text, MESSAGE_CHARS)
         self.prompts.append(_clip(text, PROMPT_CHARS))
         if len(self.prompts) > MAX_PROMPTS:
             del self.prompts[0]
+
+    def _edit_results(self, content: list[Any]) -> None:
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            tool_id = block.get("tool_use_id")
+            if not isinstance(tool_id, str) or self.edits.pop(result_mark(tool_id), None) is None:
+                continue
+            if block.get("is_error") is True:  # failed, or the user said no
+                self.failed.add(tool_id)
 
     def _assistant(self, record: _Json) -> None:
         message = record.get("message")
@@ -443,7 +551,7 @@ class _Reader:
         if kind == "text":
             text = block.get("text")
             if isinstance(text, str) and text.strip():
-                self.last_assistant_message = _clip(text, MESSAGE_CHARS)
+                self.last_assistant_message = text  # clipped once, at the end
             return
         if kind != "tool_use":
             return
@@ -458,13 +566,34 @@ class _Reader:
         elif self.tasks.tool_use(name, block.get("id"), tool_input):
             self.todo_tool = "Task"
         elif name in EDIT_TOOLS:
-            # A call the user rejected still counts: the file was in the agent's working set.
             path = tool_input.get(EDIT_TOOLS[name])
-            if isinstance(path, str) and path and len(path) <= MAX_PATH_CHARS:
-                self.modified.pop(path, None)
-                self.modified[path] = None
-                if len(self.modified) > MAX_MODIFIED_FILES:
-                    del self.modified[next(iter(self.modified))]
+            tool_id = block.get("id")
+            if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS:
+                return
+            tool_id = tool_id if isinstance(tool_id, str) else ""
+            self.touches.append((path, tool_id))
+            if tool_id:
+                self.edits[result_mark(tool_id)] = tool_id
+                if len(self.edits) > MAX_PENDING_EDITS:
+                    del self.edits[next(iter(self.edits))]
+            if len(self.touches) > MAX_TOUCHES:
+                self._settle()
+
+    def _settle(self) -> None:
+        """Keep the touches that can still fail, and of the older ones the files they leave."""
+        recent = self.touches[-MAX_PENDING_EDITS:]
+        older = self._files(self.touches[:-MAX_PENDING_EDITS])
+        self.touches = [(path, "") for path in older] + recent
+
+    def _files(self, touches: list[tuple[str, str]]) -> tuple[str, ...]:
+        """The last MAX_MODIFIED_FILES files the touches changed, in order of last touch."""
+        files: dict[str, None] = {}
+        for path, tool_id in reversed(touches):
+            if tool_id not in self.failed and path not in files:
+                files[path] = None
+                if len(files) == MAX_MODIFIED_FILES:
+                    break
+        return tuple(reversed(files))
 
     def facts(
         self, *, truncated: bool, task_files: list[tuple[str, str, str, str]] | None = None
@@ -479,11 +608,13 @@ class _Reader:
             todos=todos,
             last_user_request=self.last_user_request,
             recent_prompts=tuple(self.prompts),
-            modified_files=tuple(self.modified),
-            last_assistant_message=self.last_assistant_message,
+            modified_files=self._files(self.touches),
+            last_assistant_message=message_text(self.last_assistant_message),
             git_branch=self.git_branch,
             model=self.model,
             context_tokens=self.usage.context_tokens,
             compactions=self.compactions,
             truncated=truncated,
+            goal="" if truncated else self.goal,
+            compact_summary=self.compact_summary,
         )

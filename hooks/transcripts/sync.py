@@ -7,7 +7,10 @@ hook event sends, as ``signet.sync``, the prompts, edits and compactions written
 transcript since the previous one of the session, whether or not the server got them: each
 carries the id both sides know (the line's ``promptId`` is the hook's ``prompt_id``; a
 ``tool_use`` block's ``id`` is PostToolUse's ``tool_use_id``), and the server applies what
-it lacks, once and in order (``checkpoints/services/engine/backlog.py``).
+it lacks, once and in order (``checkpoints/services/engine/backlog.py``). Prompts are what a
+person typed (``prompts.prompt_text``), and an edit is sent once its result shows that it did
+not fail and was not rejected: an edit whose result is not written yet (PostToolUse runs
+before it is) waits, with the lines after it, for the next event.
 
 Where the last one stopped is kept per session in a small file beside the outbox
 (``<outbox folder>/sync/<session_id>.json``: the transcript's path and a byte offset at a
@@ -25,7 +28,15 @@ import os
 import stat
 import time
 
-from .claude_code import ARTIFACT_PREFIXES, EDIT_TOOLS, MAX_PATH_CHARS, _text_of
+from .claude_code import (
+    EDIT_TOOLS,
+    ERROR_MARK,
+    MAX_PATH_CHARS,
+    _text_of,
+    result_mark,
+    summary_text,
+    typed_text,
+)
 from .usage import is_tool_result
 
 TYPE_CHECKING = False
@@ -44,16 +55,11 @@ SYNC_MAX_CHARS = 64_000
 # A line longer than this is skipped unread: no prompt is, and an edit's content is not needed.
 SKIP_CHUNK_BYTES = 1024 * 1024
 PROMPT_CHARS = 2000
-SUMMARY_CHARS = 20_000
 # UserPromptSubmit carries ``prompt_id`` from this version on: before it, the server could
 # not tell a prompt it got from one it missed, so those are not sent.
 PROMPT_ID_VERSION = (2, 1, 196)
 # Cursors of sessions untouched this long are deleted when a new one is made.
 STATE_MAX_AGE_SECONDS = 30 * 24 * 3600
-# What Claude Code writes around a compaction's summary in the transcript (PostCompact's
-# ``compact_summary`` is the summary alone).
-_SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
-_SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 _SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _MARKS = (b'"type":"user"', b'"type":"assistant"')
 
@@ -121,29 +127,42 @@ def sync_collect(
 
 def _read_events(path: str, offset: int, size: int, loads: Loads) -> tuple[list[Any], int]:
     """The events of the whole lines from ``offset`` on, and where reading stopped."""
-    events: list[Any] = []
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
             data = handle.read(min(size - offset, SYNC_MAX_BYTES))
             if data and b"\n" not in data and len(data) == SYNC_MAX_BYTES:
-                return events, _skip_line(handle, offset + len(data), size)
+                return [], _skip_line(handle, offset + len(data), size)
     except (OSError, ValueError):
-        return events, offset
+        return [], offset
+    scan = _Scan(loads)
     start = 0
     chars = 0
-    while len(events) < SYNC_MAX_EVENTS and chars < SYNC_MAX_CHARS:
+    full = False
+    while True:
+        if len(scan.events) >= SYNC_MAX_EVENTS or chars >= SYNC_MAX_CHARS:
+            full = True
+            break
         end = data.find(b"\n", start)
         if end < 0:
             break  # a line still being written: the next event reads it
-        found = len(events)
-        _line_events(data[start:end], loads, events)
-        chars += sum(map(_chars, events[found:]))
+        found = len(scan.events)
+        scan.line(data[start:end], start)
+        chars += sum(map(_chars, scan.events[found:]))
         start = end + 1
-    return events, offset + start
+    # An edit whose result is not written yet waits for the next event, which knows whether
+    # it failed; so do the lines after it. (Unless nothing could be sent at all: then the
+    # edit counts, as one whose result never came.)
+    held = scan.held()
+    if held is not None and (held[0] > 0 or not full):
+        start, count = held
+        del scan.events[count:]
+    return [event for event in scan.events if event is not None], offset + start
 
 
-def _chars(event: dict[str, Any]) -> int:
+def _chars(event: dict[str, Any] | None) -> int:
+    if event is None:
+        return 0
     return len(event.get("text") or event.get("summary") or event.get("file") or "")
 
 
@@ -172,60 +191,125 @@ def _version(value: Any) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _line_events(line: bytes, loads: Loads, events: list[Any]) -> None:
-    if is_tool_result(line) or not any(mark in line for mark in _MARKS):
-        return
-    try:
-        record = loads(line)
-    except (ValueError, RecursionError):
-        return
-    if not isinstance(record, dict) or record.get("isSidechain") is True:
-        return
-    message = record.get("message")
-    if not isinstance(message, dict):
-        return
-    at = record.get("timestamp")
-    at = at if isinstance(at, str) else ""
-    if record.get("type") == "assistant":
-        _edits(message.get("content"), at, events)
-    elif record.get("type") == "user":
-        _user(record, _text_of(message.get("content")).strip(), at, events)
+class _Scan:
+    """The events of lines fed in file order. An edit's event is dropped when its result
+    says it failed or was rejected; until its result is seen it is pending."""
+
+    def __init__(self, loads: Loads) -> None:
+        self.loads = loads
+        self.events: list[Any] = []  # None where a failed edit's event was
+        self.starts: list[int] = []  # where the line of each event starts
+        # Edit calls without a result yet: the mark of the result's id -> (tool id, event
+        # index, where its line starts, its response's message id).
+        self.pending: dict[bytes, tuple[str, int, int, str]] = {}
+
+    def held(self) -> tuple[int, int] | None:
+        """Where the first line of a pending edit starts and how many events came before it."""
+        if not self.pending:
+            return None
+        start = min(item[2] for item in self.pending.values())
+        count = next(n for n, at in enumerate(self.starts) if at >= start)
+        return start, count
+
+    def line(self, line: bytes, start: int) -> None:
+        if is_tool_result(line):
+            if self.pending and any(mark in line for mark in self.pending):
+                if ERROR_MARK not in line:
+                    for mark in [mark for mark in self.pending if mark in line]:
+                        del self.pending[mark]
+                    return
+                record = self._parse(line)
+                if record is not None:
+                    self._results(record)
+            return
+        if not any(mark in line for mark in _MARKS):
+            return
+        record = self._parse(line)
+        if record is None or record.get("isSidechain") is True:
+            return
+        message = record.get("message")
+        if not isinstance(message, dict):
+            return
+        at = record.get("timestamp")
+        at = at if isinstance(at, str) else ""
+        if record.get("type") == "assistant":
+            message_id = message.get("id")
+            message_id = message_id if isinstance(message_id, str) else ""
+            if any(item[3] != message_id or not message_id for item in self.pending.values()):
+                self.pending.clear()  # a new response: the calls before it got no result
+            self._edits(message.get("content"), at, start, message_id)
+        elif record.get("type") == "user":
+            content = message.get("content")
+            if isinstance(content, list) and any(
+                isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+            ):
+                self._results(record)
+                return
+            if record.get("isMeta") is not True:  # a hook's or a skill's text is not a turn
+                self.pending.clear()  # a person's turn: the calls before it got no result
+            _user(record, content, at, self.events)
+            self.starts += [start] * (len(self.events) - len(self.starts))
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            record = self.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _results(self, record: dict[str, Any]) -> None:
+        message = record.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            tool_id = block.get("tool_use_id")
+            if not isinstance(tool_id, str):
+                continue
+            item = self.pending.pop(result_mark(tool_id), None)
+            if item is not None and block.get("is_error") is True:
+                self.events[item[1]] = None  # failed, or the user said no
+
+    def _edits(self, content: Any, at: str, start: int, message_id: str) -> None:
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_use":
+                continue
+            name, tool_id, tool_input = block.get("name"), block.get("id"), block.get("input")
+            if name not in EDIT_TOOLS or not isinstance(tool_id, str):
+                continue
+            if not isinstance(tool_input, dict):
+                continue
+            path = tool_input.get(EDIT_TOOLS[name])
+            if isinstance(path, str) and path and len(path) <= MAX_PATH_CHARS:
+                self.pending[result_mark(tool_id)] = (tool_id, len(self.events), start, message_id)
+                self.events.append(
+                    {"type": "edit", "id": tool_id, "tool": name, "file": path, "at": at}
+                )
+                self.starts.append(start)
 
 
-def _user(record: dict[str, Any], text: str, at: str, events: list[Any]) -> None:
+def _user(record: dict[str, Any], content: Any, at: str, events: list[Any]) -> None:
     prompt_id = record.get("promptId")
-    if not isinstance(prompt_id, str) or not prompt_id or not text:
+    if not isinstance(prompt_id, str) or not prompt_id:
         return
     if record.get("isCompactSummary") is True:
-        _, found, summary = text.partition(_SUMMARY_PREAMBLE)
-        summary = (summary if found else text).partition(_SUMMARY_TRAILER)[0]
-        summary = summary.strip()[:SUMMARY_CHARS]
-        events.append({"type": "compaction", "id": prompt_id, "summary": summary, "at": at})
+        summary = summary_text(_text_of(content))
+        if summary:
+            events.append({"type": "compaction", "id": prompt_id, "summary": summary, "at": at})
         return
     if (
         record.get("isMeta") is True
         or record.get("isVisibleInTranscriptOnly") is True
-        or text.startswith(ARTIFACT_PREFIXES)
         or _version(record.get("version")) < PROMPT_ID_VERSION
     ):
         return
-    events.append({"type": "prompt", "id": prompt_id, "text": text[:PROMPT_CHARS], "at": at})
-
-
-def _edits(content: Any, at: str, events: list[Any]) -> None:
-    if not isinstance(content, list):
-        return
-    for block in content:
-        if not isinstance(block, dict) or block.get("type") != "tool_use":
-            continue
-        name, tool_id, tool_input = block.get("name"), block.get("id"), block.get("input")
-        if name not in EDIT_TOOLS or not isinstance(tool_id, str):
-            continue
-        if not isinstance(tool_input, dict):
-            continue
-        path = tool_input.get(EDIT_TOOLS[name])
-        if isinstance(path, str) and path and len(path) <= MAX_PATH_CHARS:
-            events.append({"type": "edit", "id": tool_id, "tool": name, "file": path, "at": at})
+    text = typed_text(content, PROMPT_CHARS)
+    if text:
+        events.append({"type": "prompt", "id": prompt_id, "text": text[:PROMPT_CHARS], "at": at})
 
 
 def _state_read(state_path: str, loads: Loads) -> dict[str, Any] | None:
