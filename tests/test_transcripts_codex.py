@@ -302,7 +302,7 @@ def pre_compact(transcript: Path) -> dict[str, Any]:
     return payload
 
 
-def run_client(tmp_path: Path, payload: dict[str, Any], url: str) -> subprocess.CompletedProcess:
+def run_client(tmp_path: Path, payload: dict[str, Any], url: str) -> subprocess.CompletedProcess[bytes]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SIGNET_")}
     env.update(HOME=str(tmp_path), SIGNET_TOKEN=TOKEN, SIGNET_OUTBOX=str(tmp_path / "o.jsonl"))
     return subprocess.run(
