@@ -358,3 +358,28 @@ def test_the_endpoint_keeps_the_rollout_facts_in_the_pre_compaction_checkpoint(
     assert checkpoint.modified_files == ["app/login.py", "app/ratelimit.py"]
     assert FOLLOW_UP in checkpoint.recent_prompts
     assert all("AGENTS.md" not in prompt for prompt in checkpoint.recent_prompts)
+
+
+def test_the_reader_imports_nothing_the_hook_client_has_not_loaded(tmp_path):
+    """The client is a short-lived process: json, re, typing and dataclasses would cost
+    more than the read (``claude_code.py`` keeps the same rule)."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SIGNET_")}
+    env.update(HOME=str(tmp_path), SIGNET_TOKEN=TOKEN, SIGNET_OUTBOX=str(tmp_path / "o.jsonl"))
+    with recording_server((200, b"{}")) as (url, received):
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "codex"],
+            input=json.dumps(pre_compact(write(tmp_path, rollout()))).encode(),
+            capture_output=True,
+            env=env,
+            timeout=15,
+            check=False,
+        )
+
+    assert received[0].body["signet"]["transcript"]["current_task"] == "Write the 429 test"
+    loaded = set(proc.stderr.decode().split())
+    assert "transcripts.codex" in loaded
+    assert loaded.isdisjoint({"json", "re", "typing", "dataclasses", "inspect"})

@@ -317,3 +317,27 @@ def test_the_endpoint_keeps_the_recording_facts_in_the_pre_compaction_checkpoint
     assert FOLLOW_UP in checkpoint.recent_prompts
     assert all("<hook_context>" not in prompt for prompt in checkpoint.recent_prompts)
     assert checkpoint.modified_files == ["/repo/app/login.py", "/repo/app/ratelimit.py"]
+
+
+def test_the_reader_imports_nothing_the_hook_client_has_not_loaded(tmp_path):
+    """The client is a short-lived process, and Gemini runs PreCompress every turn."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); import signet_hook; "
+        "signet_hook.main(); sys.stderr.write(' '.join(sorted(sys.modules)))"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SIGNET_")}
+    env.update(HOME=str(tmp_path), SIGNET_TOKEN=TOKEN, SIGNET_OUTBOX=str(tmp_path / "o.jsonl"))
+    with recording_server((200, b"{}")) as (url, received):
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), "--url", url, "gemini"],
+            input=json.dumps(pre_compress(write(tmp_path, recording()))).encode(),
+            capture_output=True,
+            env=env,
+            timeout=15,
+            check=False,
+        )
+
+    assert received[0].body["signet"]["transcript"]["current_task"] == "Write the 429 test"
+    loaded = set(proc.stderr.decode().split())
+    assert "transcripts.gemini" in loaded
+    assert loaded.isdisjoint({"json", "re", "typing", "dataclasses", "inspect"})
