@@ -251,6 +251,24 @@ def test_older_user_message_kinds_that_are_not_typed_are_left_out(tmp_path):
     assert facts["recent_prompts"] == [GOAL]
 
 
+def test_rolled_back_turns_are_not_prompts_and_a_forks_parent_branch_is_not_its_own(tmp_path):
+    parent = SESSION_META.replace("feature/login-limit", "main").replace(SESSION, "parent")
+    lines = [
+        SESSION_META,
+        parent,  # a fork copies its parent's session_meta after its own
+        event("user_message", message=GOAL, images=[]),
+        event("user_message", message="Actually, drop Redis and use memcached.", images=[]),
+        event("thread_rolled_back", num_turns=1),
+        event("user_message", message=FOLLOW_UP, images=[]),
+    ]
+
+    facts = codex.read_rollout(write(tmp_path, lines))
+
+    assert facts is not None
+    assert facts["recent_prompts"] == [GOAL, FOLLOW_UP]
+    assert facts["git_branch"] == "feature/login-limit"
+
+
 @pytest.mark.parametrize(
     "call",
     [

@@ -232,6 +232,27 @@ def test_a_custom_command_is_its_expansion_and_a_bare_command_no_prompt(tmp_path
     assert facts["recent_prompts"] == [expansion]
 
 
+def test_a_rewind_takes_back_the_requests_it_removed(tmp_path):
+    abandoned = "Actually, drop Redis and use memcached."
+    lines = [
+        record(METADATA),
+        record(user("u1", [{"text": GOAL}])),
+        record(model("g1", "Done.", tokens=1000)),
+        record(user("u2", [{"text": abandoned}])),
+        record(model("g2", "Switching to memcached.", tokens=2000)),
+        record({"$rewindTo": "u2"}),
+        record(user("u3", [{"text": FOLLOW_UP}])),
+    ]
+
+    facts = gemini.read_chat(write(tmp_path, lines))
+
+    assert facts is not None
+    assert facts["recent_prompts"] == [GOAL, FOLLOW_UP]
+    # A rewind to a message the tail does not hold takes back all it had, as Gemini does.
+    lines.append(record({"$rewindTo": "before-the-tail"}))
+    assert gemini.read_chat(write(tmp_path, lines))["recent_prompts"] == []
+
+
 def test_broken_lines_are_skipped_and_a_missing_file_is_none(tmp_path):
     lines = recording()
     lines.insert(2, '{"id":"x","type":"user","content":[{"te')

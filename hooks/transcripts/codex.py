@@ -22,11 +22,12 @@ policy.rs``: what is persisted): one JSON object a line, ``{"timestamp", ["ordin
   ``kind``, ``plain`` for that), ``agent_message``, ``token_count`` (``info:
   {last_token_usage: {input_tokens, cached_input_tokens, output_tokens, total_tokens, …},
   total_token_usage, model_context_window}``), ``patch_apply_end`` (``call_id``,
-  ``success``), ``context_compacted``;
+  ``success``), ``context_compacted``, ``thread_rolled_back`` (``num_turns``);
 - ``compacted``: ``{message, replacement_history?}``, one per compaction.
 
 Facts: the prompts are the ``user_message`` events (the response items' user messages when
-the tail holds none, as older rollouts may), harness text left out; the current task is the
+the tail holds none, as older rollouts may), harness text and rolled-back turns left out;
+the current task is the
 plan's ``in_progress`` step (``update_plan``); modified files are the paths an
 ``apply_patch`` names (``*** Update File:``, ``*** Add File:``, ``*** Move to:``), whether
 called as a tool or through the shell, unless Codex reports the patch failed (shell edits
@@ -216,9 +217,10 @@ class _Reader:
             if isinstance(model, str) and model:
                 self.facts.model = model
         elif kind == "session_meta":
+            # The first one is this session's; a fork copies its parent's after it.
             git = payload.get("git")
             branch = git.get("branch") if isinstance(git, dict) else None
-            if isinstance(branch, str) and branch:
+            if isinstance(branch, str) and branch and not self.facts.git_branch:
                 self.facts.git_branch = branch
         elif kind == "compacted":
             message = payload.get("message")
@@ -242,6 +244,12 @@ class _Reader:
             total = usage.get("total_tokens") if isinstance(usage, dict) else None
             if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
                 self.facts.context_tokens = total
+        elif kind == "thread_rolled_back":
+            # The last ``num_turns`` user turns were taken out of the conversation.
+            turns = payload.get("num_turns")
+            if isinstance(turns, int) and not isinstance(turns, bool):
+                self.events.drop(turns)
+                self.items.drop(turns)
         elif kind == "patch_apply_end":
             call = payload.get("call_id")
             if payload.get("success") is False and isinstance(call, str):

@@ -27,27 +27,39 @@ GOAL_MIN_CHARS = 12
 
 
 class Prompts:
-    """The prompts of one source, in order: the last ``MAX_PROMPTS`` (each clipped), the
-    latest one and the first substantive one."""
+    """The prompts of one source, in order (as many as the bytes read hold): the last
+    ``MAX_PROMPTS`` (each clipped), the latest one and the first substantive one."""
 
-    __slots__ = ("first", "last", "recent", "seen")
+    __slots__ = ("seen", "texts")
 
     def __init__(self) -> None:
-        self.recent: list[str] = []
-        self.last = ""
-        self.first = ""
+        self.texts: list[str] = []
         self.seen = False  # the source spoke at all, even if only with harness text
 
     def add(self, text: str) -> None:
         text = text.strip()
-        if not text:
-            return
-        self.last = clip(text, MESSAGE_CHARS)
-        self.recent.append(clip(text, PROMPT_CHARS))
-        if len(self.recent) > MAX_PROMPTS:
-            del self.recent[0]
-        if not self.first and len(text) >= GOAL_MIN_CHARS and not text.startswith("/"):
-            self.first = clip(text, MESSAGE_CHARS)
+        if text:
+            self.texts.append(text)
+
+    def drop(self, count: int) -> None:
+        """Take back the last ``count`` prompts (turns the harness rolled back)."""
+        if count > 0:
+            del self.texts[max(0, len(self.texts) - count) :]
+
+    @property
+    def recent(self) -> list[str]:
+        return [clip(text, PROMPT_CHARS) for text in self.texts[-MAX_PROMPTS:]]
+
+    @property
+    def last(self) -> str:
+        return clip(self.texts[-1], MESSAGE_CHARS) if self.texts else ""
+
+    @property
+    def first(self) -> str:
+        for text in self.texts:
+            if len(text) >= GOAL_MIN_CHARS and not text.startswith("/"):
+                return clip(text, MESSAGE_CHARS)
+        return ""
 
 
 class Facts:

@@ -23,11 +23,12 @@ Before 0.39 the file was ``session-*.json``, one JSON document ``{"sessionId", â
 What a person typed is a ``user`` message's ``displayContent`` (else its ``content``) text;
 not prompts: tool results (user messages holding ``functionResponse`` parts), the hook
 context Gemini appends as a ``<hook_context>`` part, its ``<session_context>`` environment
-message, slash commands, and the compression's ``<state_snapshot>`` summary (kept as the
-compaction summary). The current task is the ``write_todos`` list's ``in_progress`` item;
-modified files are the ``file_path`` of successful ``replace`` and ``write_file`` calls
-(shell edits are not counted); the context size is the last response's ``tokens.input``
-(its prompt tokens). Gemini records no git branch.
+message, slash commands, the compression's ``<state_snapshot>`` summary (kept as the
+compaction summary), and what a ``/rewind`` took back. The current task is the
+``write_todos`` list's ``in_progress`` item; modified files are the ``file_path`` of
+successful ``replace`` and ``write_file`` calls (shell edits are not counted); the context
+size is the last response's ``tokens.input`` (its prompt tokens). Gemini records no git
+branch.
 
 Only the tail of a JSONL file is read (2 MiB), every line on its own; nothing here raises
 for I/O errors or bad content. Imports are what the hook client has loaded already.
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import os
 
-from .facts import Facts, decode, starts_with_any
+from .facts import Facts, Prompts, decode, starts_with_any
 from .usage import iter_lines, read_tail
 
 TYPE_CHECKING = False
@@ -98,7 +99,7 @@ def _read_legacy(path: str | os.PathLike[str], loads: Any) -> dict[str, Any] | N
     reader = _Reader()
     if isinstance(document, dict):
         reader.feed(document)
-    return reader.facts.payload(truncated=False)
+    return reader.payload(truncated=False)
 
 
 def parse_lines(
@@ -114,7 +115,7 @@ def parse_lines(
         record = decode(raw, loads) if isinstance(raw, (str, bytes)) else None
         if record is not None:
             reader.feed(record)
-    return reader.facts.payload(truncated=truncated)
+    return reader.payload(truncated=truncated)
 
 
 def _parts(content: object) -> list[object]:
@@ -143,8 +144,10 @@ def _text(content: object) -> str | None:
 class _Reader:
     def __init__(self) -> None:
         self.facts = Facts()
-        self.seen: dict[str, None] = {}  # message ids, in the order first met
+        # Message ids, in the order first met, and their place in that order.
+        self.seen: dict[str, int] = {}
         self.snapshots: dict[str, None] = {}
+        self.prompts: list[tuple[int, str]] = []  # (the message's place, what was typed)
 
     def feed(self, record: dict[str, Any]) -> None:
         update = record.get("$set")
@@ -154,7 +157,8 @@ class _Reader:
                 self._rewritten(messages)
             return
         if "$rewindTo" in record:
-            return  # the rewound turns stay in the facts: they were the session's work too
+            self._rewind(record["$rewindTo"])
+            return
         if isinstance(record.get("id"), str) and isinstance(record.get("type"), str):
             self._message(record)
             return
@@ -184,10 +188,18 @@ class _Reader:
         text = _text(message.get("content"))
         return message.get("type") == "user" and (text or "").startswith(SNAPSHOT_PREFIX)
 
+    def _rewind(self, ident: object) -> None:
+        """``/rewind``: the conversation from message ``ident`` on is gone, and so are its
+        requests (an id the tail does not hold: all of it, as Gemini reads it). The files
+        it changed and the list it wrote stay: they are on disk, or were the work."""
+        place = self.seen.get(ident, -1) if isinstance(ident, str) else -1
+        self.prompts = [(at, text) for at, text in self.prompts if at < place]
+
     def _message(self, message: dict[str, Any]) -> None:
         ident, kind = message["id"], message.get("type")
         again = ident in self.seen
-        self.seen[ident] = None
+        if not again:
+            self.seen[ident] = len(self.seen)
         if kind == "user":
             if not again:
                 self._user(ident, message)
@@ -208,7 +220,7 @@ class _Reader:
             # A custom command shows as "/name args" and is sent expanded: the expansion
             # is the request. A bare slash command or "?" never reached the model.
             if text and not text.startswith(("/", "?")):
-                self.facts.prompts.add(text)
+                self.prompts.append((self.seen[ident], text))
                 return
 
     def _gemini(self, message: dict[str, Any]) -> None:
@@ -240,3 +252,9 @@ class _Reader:
                     self.facts.touch(args.get("file_path"), ident)
                 else:
                     self.facts.untouch(ident)
+
+    def payload(self, *, truncated: bool) -> dict[str, Any]:
+        said = Prompts()
+        for _, text in self.prompts:  # as many as the bytes read could hold
+            said.add(text)
+        return self.facts.payload(truncated=truncated, prompts=said)
