@@ -15,7 +15,8 @@ environment variable named by ``--token-env``, and prints the server's JSON repl
 harness expects on stdout, e.g. ``{"hookSpecificOutput": {...}}``) or nothing at all.
 It adds a ``signet`` object of what only this machine can know: the project's real path, git
 top-level, branch and head, with PreCompact the facts of the transcript's tail and with
-Stop its context usage (``transcripts/claude_code.py``): the server never opens a file a
+Stop its context usage (``transcripts/claude_code.py``; Codex's PreCompact and Gemini's
+PreCompress: ``transcripts/codex.py``, ``gemini.py``): the server never opens a file a
 request names. With every Claude Code event it also sends what the transcript gained since
 the session's previous one (``transcripts/sync.py``): what Claude Code's own ``http`` hooks
 carried, which an outage loses.
