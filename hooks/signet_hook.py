@@ -15,7 +15,8 @@ environment variable named by ``--token-env``, and prints the server's JSON repl
 harness expects on stdout, e.g. ``{"hookSpecificOutput": {...}}``) or nothing at all.
 It adds a ``signet`` object of what only this machine can know: the project's real path, git
 top-level, branch and head, with PreCompact the facts of the transcript's tail and with
-Stop its context usage (``transcripts/claude_code.py``): the server never opens a file a
+Stop its context usage (``transcripts/claude_code.py``; Codex's PreCompact and Gemini's
+PreCompress: ``transcripts/codex.py``, ``gemini.py``): the server never opens a file a
 request names. With every Claude Code event it also sends what the transcript gained since
 the session's previous one (``transcripts/sync.py``): what Claude Code's own ``http`` hooks
 carried, which an outage loses.
@@ -538,6 +539,40 @@ def transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     return None if facts is None else facts.as_payload()
 
 
+def _compaction_transcript(payload: dict[str, Any], event: str) -> str | None:
+    """The payload's ``transcript_path`` if it is the harness's pre-compaction ``event``."""
+    path = payload.get("transcript_path")
+    if payload.get("hook_event_name") != event or not isinstance(path, str) or not path:
+        return None
+    return path
+
+
+def codex_transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The facts of the tail of the payload's Codex rollout (``transcripts/codex.py``), in
+    the shape ``transcript_extract`` sends; only PreCompact sends them."""
+    path = _compaction_transcript(payload, "PreCompact")
+    if path is None:
+        return None
+    if __package__:
+        from .transcripts.codex import read_rollout
+    else:
+        from transcripts.codex import read_rollout  # type: ignore[import-not-found,no-redef]
+    return read_rollout(path, loads=_loads)
+
+
+def gemini_transcript_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The facts of the tail of the payload's Gemini chat recording
+    (``transcripts/gemini.py``); only PreCompress sends them (Gemini fires it every turn)."""
+    path = _compaction_transcript(payload, "PreCompress")
+    if path is None:
+        return None
+    if __package__:
+        from .transcripts.gemini import read_chat
+    else:
+        from transcripts.gemini import read_chat  # type: ignore[import-not-found,no-redef]
+    return read_chat(path, loads=_loads)
+
+
 def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     """``{"context_tokens": N, "model": "..."}`` of the last response in the payload's Claude
     Code transcript, or None: sent as ``signet.usage`` so the server can remind the agent of
@@ -613,6 +648,8 @@ CLIENT_READERS: dict[str, tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...
         ("usage", usage_extract),  # first of Stop's: it waits for the transcript
         ("tasks", tasks_extract),
     ),
+    "codex": (("transcript", codex_transcript_extract),),
+    "gemini": (("transcript", gemini_transcript_extract),),
 }
 
 
