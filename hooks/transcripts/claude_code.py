@@ -49,23 +49,6 @@ EDIT_TOOLS = {
     "NotebookEdit": "notebook_path",
 }
 
-# How the transcript importer tells the harness's user lines (the reader and the hook
-# client use ``prompts.prompt_text``, which also finds them inside a prompt).
-ARTIFACT_PREFIXES = (
-    "<command-name>",
-    "<command-message>",
-    "<command-args>",
-    "<local-command-stdout>",
-    "<local-command-stderr>",
-    "<system-reminder>",
-    "<bash-input>",
-    "<bash-stdout>",
-    "<bash-stderr>",
-    "Caveat:",
-    "[Request interrupted",
-    "This session is being continued from a previous conversation",
-)
-
 # What Claude Code writes around a compaction's summary in the transcript (PostCompact's
 # ``compact_summary`` is the summary alone).
 SUMMARY_OPENING = "This session is being continued from a previous conversation"

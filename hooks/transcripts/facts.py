@@ -8,6 +8,7 @@ imports only what the interpreter has loaded already. Nothing here raises for ba
 
 from __future__ import annotations
 
+from .prompts import goal_worthy, strip_ansi
 from .tasks import clip, current_task
 
 TYPE_CHECKING = False
@@ -21,9 +22,6 @@ SUMMARY_CHARS = 8000
 MAX_MODIFIED_FILES = 50
 MAX_TODOS = 100
 MAX_PATH_CHARS = 4096
-# The opening request counts as the session's goal only if it says something: a greeting or
-# a one-word nudge ("hi", "continue") is not what the session is for.
-GOAL_MIN_CHARS = 12
 
 
 class Prompts:
@@ -37,7 +35,7 @@ class Prompts:
         self.seen = False  # the source spoke at all, even if only with harness text
 
     def add(self, text: str) -> None:
-        text = text.strip()
+        text = strip_ansi(text).strip()
         if text:
             self.texts.append(text)
 
@@ -57,7 +55,7 @@ class Prompts:
     @property
     def first(self) -> str:
         for text in self.texts:
-            if len(text) >= GOAL_MIN_CHARS and not text.startswith("/"):
+            if goal_worthy(text):
                 return clip(text, MESSAGE_CHARS)
         return ""
 

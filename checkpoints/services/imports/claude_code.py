@@ -27,7 +27,8 @@ from checkpoints.services.imports.transcripts import (
     imported_session_write,
 )
 from checkpoints.services.store import CheckpointContent
-from hooks.transcripts.claude_code import ARTIFACT_PREFIXES, TranscriptFacts, parse_lines
+from hooks.transcripts.claude_code import TranscriptFacts, parse_lines
+from hooks.transcripts.prompts import prompt_text
 
 HARNESS = Harness.CLAUDE_CODE.value
 # User lines the harness wrote, not the person.
@@ -75,7 +76,7 @@ def _is_prompt(record: dict[str, Any]) -> bool:
         return False
     message = record.get("message")
     text = _text(message.get("content")).strip() if isinstance(message, dict) else ""
-    return bool(text) and not text.startswith(ARTIFACT_PREFIXES)
+    return bool(prompt_text(text))
 
 
 def _content(facts: TranscriptFacts, context_tokens: int | None) -> CheckpointContent:
