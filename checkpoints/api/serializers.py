@@ -34,6 +34,7 @@ CHECKPOINT_FIELDS = [
     "created_at",
     "agent_id",
     "tags",
+    "goal",
     "current_task",
     "decisions",
     "open_questions",
@@ -156,6 +157,8 @@ class CheckpointCaptureSerializer(serializers.Serializer[Any]):
         choices=[Trigger.EXPLICIT.value, Trigger.AGENT.value], default=Trigger.EXPLICIT.value
     )
     digest = serializers.CharField(max_length=100_000, required=False, allow_blank=True)
+    # What the session is for: it becomes the session's goal (the later checkpoints keep it).
+    goal = serializers.CharField(max_length=TEXT_ITEM, required=False, allow_blank=True)
     current_task = serializers.CharField(max_length=TEXT_ITEM, required=False, allow_blank=True)
     decisions = _text_list()
     open_questions = _text_list()
@@ -192,6 +195,7 @@ class CheckpointCaptureSerializer(serializers.Serializer[Any]):
             trigger=fields["trigger"],
             content=CheckpointContent(
                 narrative=fields.get("digest", ""),
+                goal=fields.get("goal", ""),
                 current_task=fields.get("current_task", ""),
                 decisions=fields.get("decisions", []),
                 open_questions=fields.get("open_questions", []),
@@ -205,7 +209,14 @@ class CheckpointCaptureSerializer(serializers.Serializer[Any]):
         )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        content_fields = ("digest", "current_task", "decisions", "open_questions", "blockers")
+        content_fields = (
+            "digest",
+            "goal",
+            "current_task",
+            "decisions",
+            "open_questions",
+            "blockers",
+        )
         if not any(attrs.get(name) for name in (*content_fields, "next_steps", "files", "state")):
             raise serializers.ValidationError(
                 "Send a digest or at least one structured field (task, decisions, …)."

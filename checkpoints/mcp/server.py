@@ -109,6 +109,17 @@ async def session_digest(
             max_length=100_000,
         ),
     ],
+    goal: Annotated[
+        str,
+        Field(
+            description=(
+                "What the whole session is for, in one or two sentences, when it differs "
+                "from the user's opening request or the user redirected the work. It stays "
+                "the session's goal until another digest names one."
+            ),
+            max_length=TEXT_ITEM,
+        ),
+    ] = "",
     current_task: Annotated[
         str,
         Field(description="The task in progress, in one or two sentences.", max_length=TEXT_ITEM),
@@ -134,6 +145,7 @@ async def session_digest(
         tools.digest_write,
         summary=summary,
         session_key=session_key,
+        goal=goal,
         current_task=current_task,
         decisions=decisions,
         open_questions=open_questions,

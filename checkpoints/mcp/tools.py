@@ -119,6 +119,7 @@ def digest_write(
     principal: McpPrincipal,
     summary: str,
     session_key: str = "",
+    goal: str = "",
     current_task: str = "",
     decisions: list[str] | None = None,
     open_questions: list[str] | None = None,
@@ -141,6 +142,7 @@ def digest_write(
         "harness": Harness.API,
         "trigger": Trigger.AGENT,
         "digest": summary,
+        "goal": goal,
         "current_task": current_task,
     }
     lists = {

@@ -181,6 +181,9 @@ def checkpoint_build(
     session row, so that write does not apply and the caller starts over.
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
+    if trigger in AUTHORED and content.goal:
+        # The agent (or an API client) says what the session is for.
+        session.goal = redact_clip(content.goal, MAX_ITEM_CHARS)
     # The agent's own task list (its client's last reading) when the checkpoint brings none.
     if not content.current_task:
         content.current_task = session.current_task
@@ -198,9 +201,10 @@ def checkpoint_build(
         harness=session.harness,
         trigger=trigger,
         parent=parent,
-        goal=redact_clip(content.goal or session.goal, MAX_ITEM_CHARS),
+        goal=redact_clip(session.goal or content.goal, MAX_ITEM_CHARS),
         current_task=redact_clip(content.current_task, MAX_ITEM_CHARS),
-        decisions=redact_data(content.decisions[:MAX_LIST_ITEMS]),
+        # The agent's (or the API's) decisions, then the ones the user stated in prompts.
+        decisions=redact_data(_merge_unique(content.decisions, session.decisions, MAX_LIST_ITEMS)),
         open_questions=redact_data(content.open_questions[:MAX_LIST_ITEMS]),
         blockers=redact_data(content.blockers[:MAX_LIST_ITEMS]),
         next_steps=redact_data(content.next_steps[:MAX_LIST_ITEMS]),

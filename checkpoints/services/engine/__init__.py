@@ -67,6 +67,9 @@ PROMPT_FIELDS = (
     "recent_prompts",
     "recent_queries",
     "recent_remembers",
+    # What the session is for and the rules its user stated (``handlers.prompt_intent_record``).
+    "goal",
+    "decisions",
     "last_checkpoint_at",
     "last_checkpoint_prompt",
     "checkpoint_pending_since",

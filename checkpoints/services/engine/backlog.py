@@ -32,6 +32,7 @@ from datetime import datetime
 
 from checkpoints.harnesses.base import Event, EventKind
 from checkpoints.models import ContinuityConfig, Session
+from checkpoints.services.engine.handlers import prompt_intent_record
 from checkpoints.services.events import (
     MAX_FILES,
     MAX_PROMPTS,
@@ -133,6 +134,8 @@ def _prompt_insert(session: Session, event: Event, happened_at: datetime) -> Non
     session.recent_prompts = prompts[-MAX_PROMPTS:]
     if event.remember:
         session.recent_remembers = [*session.recent_remembers, event.remember][-MAX_REMEMBERS:]
+    else:
+        prompt_intent_record(session=session, prompt=event.prompt)
     terms = query_terms(event.prompt)
     if terms and terms not in session.recent_queries:
         session.recent_queries = [*session.recent_queries, terms][-MAX_QUERIES:]

@@ -18,12 +18,20 @@ from datetime import datetime, timedelta
 from checkpoints.harnesses.base import AgentTasks, Event, EventKind
 from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
 from checkpoints.services.events import (
+    GOAL_KEEP_CHARS,
     MAX_FILES,
     MAX_PROMPTS,
     MAX_QUERIES,
     MAX_REMEMBERS,
     PROMPT_KEEP_CHARS,
     query_terms,
+)
+from checkpoints.services.intent import (
+    decisions_add,
+    decisions_in,
+    is_substantive,
+    plain,
+    redirect_of,
 )
 from checkpoints.services.pending import (
     pending_checkpoint_if_due,
@@ -193,6 +201,8 @@ def _on_prompt(
         remembered = event.remember  # the harness's own way to mark a note (its adapter)
         if remembered:
             session.recent_remembers = _push(session.recent_remembers, remembered, MAX_REMEMBERS)
+        else:
+            prompt_intent_record(session=session, prompt=text)
         terms = query_terms(text)
         if terms:
             # A repeated set of terms moves to the end instead of pushing others out.
@@ -220,6 +230,17 @@ def _on_prompt(
     if reminder:
         step.context = f"{step.context}{separator}{reminder}"
     return step
+
+
+def prompt_intent_record(*, session: Session, prompt: str) -> None:
+    """What a prompt (not a note) says of the session: its goal, when the session has none
+    yet and the prompt asks for something, or when the prompt redirects the session; and
+    the rules and choices it states (``services/intent.py``)."""
+    if (not session.goal and is_substantive(prompt)) or redirect_of(prompt):
+        session.goal = plain(prompt)[:GOAL_KEEP_CHARS]
+    found = decisions_in(prompt)
+    if found:
+        session.decisions = decisions_add(list(session.decisions), found)
 
 
 def tasks_record(*, session: Session, tasks: AgentTasks) -> None:
@@ -270,6 +291,8 @@ def _on_pre_compact(
     content: CheckpointContent | None,
 ) -> Step:
     if content is not None:
+        if not session.goal and content.goal:  # the opening request, read by the client
+            session.goal = content.goal
         _add_files(session, content.modified_files)
         if content.git_branch:
             session.git_branch = content.git_branch

@@ -1,0 +1,93 @@
+"""The text rules of what a prompt says (``services/intent.py``): substance, redirects,
+decisions."""
+
+from __future__ import annotations
+
+import pytest
+
+from checkpoints.services.intent import decisions_add, decisions_in, is_substantive, redirect_of
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["hi", "Hello!", "ok", "OK, continue", "yes do it", "Thanks! go on", "keep going", "lgtm", ""],
+)
+def test_greetings_and_go_aheads_are_not_substantive(prompt):
+    assert not is_substantive(prompt)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "<task-notification><status>failed</status></task-notification>",
+        "<system-reminder>The file changed</system-reminder>",
+        "\x1b[1;33m<ide_opened_file>src/app.ts</ide_opened_file>",
+    ],
+)
+def test_harness_wrappers_are_not_substantive(prompt):
+    assert not is_substantive(prompt)
+
+
+@pytest.mark.parametrize("prompt", ["fix the login bug", "refactor auth.py", "ok, now add tests"])
+def test_a_request_is_substantive(prompt):
+    assert is_substantive(prompt)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "New task: port the parser to Rust",
+        "ok, change of plans: the billing page first",
+        "Forget that, let's build the CLI",
+        "Instead, let's write the docs",
+        "let's switch to the billing module",
+        "Now let's work on the signup page",
+    ],
+)
+def test_a_redirect_says_so_and_names_the_new_work(prompt):
+    assert redirect_of(prompt)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["forget that", "now let's run the tests", "instead, use Redis", "add the signup route"],
+)
+def test_what_is_not_a_redirect(prompt):
+    assert not redirect_of(prompt)
+
+
+def test_decisions_are_the_sentences_that_state_a_rule_or_a_choice():
+    prompt = (
+        "Add rate limiting. Use Redis, not memcached. Don't touch the migrations!\n"
+        "- always run ruff before committing\n"
+        "It must be the cache. The API must stay backwards compatible.\n"
+        "Should we use X, not Y? I don't know why. I prefer small commits.\n"
+        "decision: keep SQLite for the tests\n"
+        "use pytest instead of unittest\n"
+        "```\nnever = 1\n```\n"
+        "    must_call() in pasted code\n"
+    )
+    assert decisions_in(prompt) == [
+        "Use Redis, not memcached.",
+        "Don't touch the migrations!",
+        "always run ruff before committing",
+        "The API must stay backwards compatible.",
+        "I prefer small commits.",
+        "decision: keep SQLite for the tests",
+        "use pytest instead of unittest",
+    ]
+
+
+def test_a_decision_is_kept_to_300_characters_and_a_wrapper_states_none():
+    (long,) = decisions_in("Never " + "do that again " * 40)
+    assert len(long) <= 300
+    assert long.endswith("…")
+    assert decisions_in("<task-notification>never retry</task-notification>") == []
+
+
+def test_decisions_add_dedupes_newest_last_and_keeps_twenty():
+    kept = decisions_add(["Never push to main.", "Use tabs"], ["never push to main"])
+    assert kept == ["Use tabs", "never push to main"]
+    many = decisions_add([], [f"never do thing {n}" for n in range(25)])
+    assert len(many) == 20
+    assert many[-1] == "never do thing 24"

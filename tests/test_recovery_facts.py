@@ -1,0 +1,144 @@
+"""What the service keeps for recovery beyond the last prompt (#30): the session's goal, the
+rules its user stated, the agent's next steps beside its task list, what a compaction
+summary says, the whole prompt record, a last assistant message that is not stale, and a
+dead session's pending work before the next session starts. End to end through the hook
+URL and the API, with Claude Code payloads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from checkpoints.models import Checkpoint, Session, Trigger
+from checkpoints.services.pending import checkpoints_flush_due
+from tests.hookutil import configure, payload, send
+
+pytestmark = pytest.mark.django_db
+
+SESSION = "3f2b8c1e-5d4a-4e7b-9c2f-8a1d6e0b7c42"
+PROJECT = "/home/alice/projects/webapp"
+UNREADABLE = "/nonexistent/t.jsonl"  # the client cannot read it: no transcript facts
+OPENING = "Add rate limiting to POST /api/login: 5 attempts per IP per 15 minutes"
+
+
+@pytest.fixture
+def hook(client_for, owner):
+    return client_for(owner, "ingest", "write", "read")
+
+
+def prompt(hook, text, session=SESSION):
+    response = send(hook, payload("user_prompt_submit", prompt=text, session_id=session))
+    assert response.status_code == 200, response.content
+    return response
+
+
+def capture(hook, **fields):
+    body = {"session_key": SESSION, "project": PROJECT, "trigger": "agent", **fields}
+    response = hook.post(
+        "/api/checkpoints/", data=json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def periodic(clock):
+    """The session's pending periodic checkpoint, written by the sweep."""
+    clock.advance(minutes=1)
+    assert checkpoints_flush_due() == 1
+    return Checkpoint.objects.filter(trigger=Trigger.PERIODIC).latest("created_at")
+
+
+# --- 1. The goal ----------------------------------------------------------------------------
+
+
+def test_the_goal_is_the_opening_substantive_request_not_a_greeting_or_a_note(hook, clock):
+    configure(prompt_interval=6)
+    for text in ("hi", "# the staging Redis listens on port 6380", OPENING, "ok", "continue"):
+        prompt(hook, text)
+    prompt(hook, "and the signup route too")
+    assert Session.objects.get().goal == OPENING
+    assert periodic(clock).goal == OPENING
+
+
+def test_a_redirect_replaces_the_goal_and_a_plain_next_step_does_not(hook):
+    prompt(hook, OPENING)
+    prompt(hook, "now let's run the tests")
+    prompt(hook, "forget that")  # nothing to redirect to
+    assert Session.objects.get().goal == OPENING
+    prompt(hook, "New task: move the session store to Redis")
+    assert Session.objects.get().goal == "New task: move the session store to Redis"
+
+
+def test_an_agents_digest_states_the_goal_and_later_checkpoints_keep_it(hook, clock):
+    prompt(hook, OPENING)
+    body = capture(hook, digest="Limiter done.", goal="Harden the login endpoint")
+    assert Checkpoint.objects.get(id=body["id"]).goal == "Harden the login endpoint"
+    assert body["goal"] == "Harden the login endpoint"  # the API shows it
+    configure(prompt_interval=2)
+    prompt(hook, "go on")
+    prompt(hook, "and the signup route too")
+    assert periodic(clock).goal == "Harden the login endpoint"
+
+
+def test_the_transcripts_opening_request_is_the_goal_of_a_session_that_has_none(hook):
+    prompt(hook, "continue")
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    body["signet"] = {"transcript": {"goal": OPENING, "current_task": "continue"}}
+    send(hook, body)
+    assert Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION).goal == OPENING
+    assert Session.objects.get().goal == OPENING
+
+
+def test_a_session_recovering_another_takes_no_goal_from_it(hook, clock):
+    prompt(hook, OPENING)
+    send(hook, payload("session_end"))
+    clock.advance(minutes=1)
+    other = "b7c1d2e3-0000-4000-8000-000000000001"
+    send(hook, payload("session_start_startup", session_id=other))
+    assert Session.objects.get(session_key=other).goal == ""
+    prompt(hook, "Write the README's rate limiting section", session=other)
+    assert Session.objects.get(session_key=other).goal == "Write the README's rate limiting section"
+
+
+# --- 2. Decisions from the user -------------------------------------------------------------
+
+
+def test_a_rule_the_user_states_is_a_decision_of_the_next_periodic_checkpoint(hook, clock):
+    configure(prompt_interval=3)
+    prompt(hook, OPENING)
+    prompt(hook, "Use Redis, not memcached. Keep the limiter in its own module?")
+    prompt(hook, "don't touch the migrations")
+    checkpoint = periodic(clock)
+    assert checkpoint.decisions == ["Use Redis, not memcached.", "don't touch the migrations"]
+
+
+def test_user_decisions_are_deduplicated_newest_last_and_merged_with_the_agents(hook, clock):
+    prompt(hook, "Never push to main.")
+    prompt(hook, "always run ruff before committing")
+    prompt(hook, "never push to main")  # said again: it moves to the end
+    assert Session.objects.get().decisions == [
+        "always run ruff before committing",
+        "never push to main",
+    ]
+    body = capture(hook, digest="Limiter done.", decisions=["Fixed window, 15 minutes"])
+    assert Checkpoint.objects.get(id=body["id"]).decisions == [
+        "Fixed window, 15 minutes",
+        "always run ruff before committing",
+        "never push to main",
+    ]
+    configure(prompt_interval=1)
+    prompt(hook, "Prefer small commits.")
+    assert periodic(clock).decisions == [
+        "Fixed window, 15 minutes",
+        "always run ruff before committing",
+        "never push to main",
+        "Prefer small commits.",
+    ]
+
+
+def test_a_note_is_not_a_decision(hook):
+    prompt(hook, "# always use port 6380 for the staging Redis")
+    session = Session.objects.get()
+    assert session.decisions == []
+    assert session.recent_remembers == ["always use port 6380 for the staging Redis"]
