@@ -112,6 +112,11 @@ class Session(models.Model):
     # progress and the pending ones; a checkpoint that brings none of its own takes these.
     current_task = models.TextField(blank=True)
     next_steps = models.JSONField(default=_empty_list, blank=True)
+    # The next steps the latest agent or explicit checkpoint that named any gave; they stand
+    # until another names its own. Checkpoints hold them merged with the task list's, the
+    # newer first: ``agent_steps_newer`` says whether they came after the list last changed.
+    agent_next_steps = models.JSONField(default=_empty_list, blank=True)
+    agent_steps_newer = models.BooleanField(default=False)
     # What the session is for: its opening substantive request, replaced when the user
     # redirects it, or the goal the agent or the harness's compaction summary stated.
     goal = models.TextField(blank=True)

@@ -204,7 +204,7 @@ def test_a_later_narrative_replaces_the_earlier_one(hook, clock):
     assert checkpoint.next_steps == NARRATIVE["next_steps"]  # the later one named none
 
 
-def test_todos_replace_the_agents_task_and_steps_but_a_bare_request_does_not(
+def test_todos_replace_the_agents_task_and_go_before_its_steps_a_bare_request_does_not(
     hook, clock, tmp_path, settings
 ):
     digest(hook)
@@ -222,7 +222,8 @@ def test_todos_replace_the_agents_task_and_steps_but_a_bare_request_does_not(
     todos = Checkpoint.objects.filter(trigger=Trigger.PRE_COMPACTION).first()
     assert todos is not None
     assert todos.current_task == "Wire Redis in"
-    assert todos.next_steps == ["Write the docs"]
+    # The todos were read after the agent's digest: the newer first, the agent's kept.
+    assert todos.next_steps == ["Write the docs", *NARRATIVE["next_steps"]]
     assert todos.decisions == NARRATIVE["decisions"]
 
 

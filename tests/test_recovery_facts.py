@@ -142,3 +142,31 @@ def test_a_note_is_not_a_decision(hook):
     session = Session.objects.get()
     assert session.decisions == []
     assert session.recent_remembers == ["always use port 6380 for the staging Redis"]
+
+
+# --- 3. Next steps: the agent's and the task list's, merged ----------------------------------
+
+
+def stop_with_tasks(hook, *todos):
+    tasks = {"current_task": "", "todos": [{"content": c, "status": s} for c, s in todos]}
+    response = send(hook, payload("stop", signet={"tasks": tasks}))
+    assert response.status_code == 200, response.content
+
+
+def test_the_agents_next_steps_and_the_task_lists_are_merged_the_newer_first(hook, clock):
+    configure(prompt_interval=1)
+    prompt(hook, OPENING)
+    stop_with_tasks(hook, ("Add the limiter", "completed"), ("Write the docs", "pending"))
+    body = capture(hook, digest="Limiter done.", next_steps=["Run the auth tests on Redis"])
+    agent_first = ["Run the auth tests on Redis", "Write the docs"]
+    assert Checkpoint.objects.get(id=body["id"]).next_steps == agent_first
+    prompt(hook, "go on")
+    assert periodic(clock).next_steps == agent_first  # not replaced by the list's
+    # The list changes after the digest: its pending items are the newer.
+    stop_with_tasks(hook, ("Write the docs", "pending"), ("Add a changelog entry", "pending"))
+    prompt(hook, "go on")
+    assert periodic(clock).next_steps == [
+        "Write the docs",
+        "Add a changelog entry",
+        "Run the auth tests on Redis",
+    ]

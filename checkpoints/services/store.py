@@ -74,6 +74,21 @@ CARRIED_FIELDS = ("decisions", "open_questions", "blockers")  # only the narrati
 CARRIED_WHILE_IDLE = ("current_task", "next_steps")  # the transcript has these too
 
 
+def _steps_merged(*, session: Session, content: CheckpointContent, authored: bool) -> list[str]:
+    """The next steps a checkpoint holds: the agent's standing ones (the session's
+    ``agent_next_steps``) and the task list's pending ones, each once, the newer first,
+    whatever their source. The task list is the one its client last sent (the session's
+    ``next_steps``), or the one the transcript read of this checkpoint found when that differs
+    (read just now: the newer)."""
+    listed = list(session.next_steps)
+    agent_first = session.agent_steps_newer
+    if not authored and content.next_steps and content.next_steps != listed:
+        listed, agent_first = list(content.next_steps), False
+    agent = list(session.agent_next_steps)
+    first, then = (agent, listed) if agent_first else (listed, agent)
+    return list(dict.fromkeys(step for step in (*first, *then) if step))[:MAX_LIST_ITEMS]
+
+
 def _is_last_request(content: CheckpointContent) -> bool:
     """Whether the content's task is only the user's last request: the transcript's stand-in
     when no todo is in progress (its last prompt is that request, cut shorter)."""
@@ -95,11 +110,12 @@ def _carried(
     - The task and the next steps also come from the transcript (the in-progress todo, else
       the last request; the pending todos), or from the agent's task list as its client last
       sent it (the session's ``current_task`` and ``next_steps``). An empty one takes the
-      previous checkpoint's when no prompt came since, or when that value is still the one
-      the session's latest agent or explicit checkpoint wrote: the agent's own narrative
-      stands across prompts until an agent, explicit or transcript-derived value replaces it.
-      A value that came from the transcript is stale once the user has asked for something
-      new.
+      previous checkpoint's when no prompt came since. An empty task also takes it when that
+      value is still the one the session's latest agent or explicit checkpoint wrote: the
+      agent's own task stands across prompts until an agent, explicit or transcript-derived
+      value replaces it. (The agent's next steps stand on the session itself, merged with
+      the task list's: ``_steps_merged``.) A value that came from the transcript is stale
+      once the user has asked for something new.
     - A transcript task that is only the user's last request does not replace the agent's
       task; the recovery context shows the request anyway.
 
@@ -117,6 +133,7 @@ def _carried(
         for name in missing:
             setattr(content, name, copy.copy(getattr(parent, name)))
         missing = []
+    missing = [name for name in missing if name == "current_task"]
     weak_task = bool(parent.current_task) and trigger not in AUTHORED and _is_last_request(content)
     if not missing and not weak_task:
         return
@@ -181,14 +198,18 @@ def checkpoint_build(
     session row, so that write does not apply and the caller starts over.
     """
     content = dataclasses.replace(content) if content else CheckpointContent()
-    if trigger in AUTHORED and content.goal:
+    authored = trigger in AUTHORED
+    if authored and content.goal:
         # The agent (or an API client) says what the session is for.
         session.goal = redact_clip(content.goal, MAX_ITEM_CHARS)
+    if authored and content.next_steps:
+        # Its own next steps: they stand until another agent or explicit checkpoint names its own.
+        session.agent_next_steps = redact_data(content.next_steps[:MAX_LIST_ITEMS])
+        session.agent_steps_newer = True
     # The agent's own task list (its client's last reading) when the checkpoint brings none.
     if not content.current_task:
         content.current_task = session.current_task
-    if not content.next_steps:
-        content.next_steps = list(session.next_steps)
+    content.next_steps = _steps_merged(session=session, content=content, authored=authored)
     parent = None if session.created_now else _latest(session)  # a new session has none
     _carried(parent=parent, session=session, trigger=trigger, content=content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)

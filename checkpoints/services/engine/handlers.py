@@ -249,6 +249,8 @@ def tasks_record(*, session: Session, tasks: AgentTasks) -> None:
     pending = [content for content, status in tasks.todos if status == "pending"]
     next_steps = pending[:MAX_LIST_ITEMS]
     if session.current_task != tasks.current_task or session.next_steps != next_steps:
+        if session.next_steps != next_steps:
+            session.agent_steps_newer = False  # the list's steps are the newer now
         session.current_task = tasks.current_task
         session.next_steps = next_steps
         session.changed_since_checkpoint = True
