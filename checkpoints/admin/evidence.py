@@ -107,6 +107,8 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
                     "goal",
                     "current_task",
                     "next_steps_list",
+                    "agent_next_steps_list",
+                    "agent_steps_newer",
                     "decisions_list",
                     "recent_prompts_list",
                     "recent_queries_list",
@@ -152,6 +154,7 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
     modified_files_list = list_column("modified_files", "modified files")
     next_steps_list = list_column("next_steps", "next steps")
     decisions_list = list_column("decisions", "decisions the user stated")
+    agent_next_steps_list = list_column("agent_next_steps", "agent's next steps")
 
     @admin.display(boolean=True)
     def live(self, obj: Session) -> bool:
