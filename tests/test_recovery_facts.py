@@ -12,7 +12,7 @@ import pytest
 
 from checkpoints.models import Checkpoint, Session, Trigger
 from checkpoints.services.pending import checkpoints_flush_due
-from tests.hookutil import configure, payload, send
+from tests.hookutil import configure, context_of, payload, send
 
 pytestmark = pytest.mark.django_db
 
@@ -170,3 +170,71 @@ def test_the_agents_next_steps_and_the_task_lists_are_merged_the_newer_first(hoo
         "Add a changelog entry",
         "Run the auth tests on Redis",
     ]
+
+
+# --- 4. The compaction summary --------------------------------------------------------------
+
+SUMMARY = """This session is being continued from a previous conversation that ran out of context.
+
+Summary:
+1. Primary Request and Intent:
+   Rate-limit POST /api/login to 5 attempts per IP per 15 minutes, then move the counters
+   to Redis.
+
+2. Key Technical Concepts:
+   - Fixed-window counters
+3. Pending Tasks:
+   - Make loginRateLimit async
+   - Re-run npm test -- auth
+4. Current Work:
+   Converting src/middleware/rateLimit.ts to Redis INCR + PEXPIRE.
+5. Optional Next Step:
+   Remove the in-memory Map once the tests pass.
+"""
+PENDING = [
+    "Make loginRateLimit async",
+    "Re-run npm test -- auth",
+    "Remove the in-memory Map once the tests pass.",
+]
+
+
+def test_a_compaction_summary_gives_the_goal_steps_and_task_to_the_next_checkpoints(hook, clock):
+    prompt(hook, "continue")
+    send(hook, payload("pre_compact_auto", transcript_path=UNREADABLE))
+    send(hook, payload("post_compact_manual", compact_summary=SUMMARY))
+    send(hook, payload("session_start_compact"))
+    session = Session.objects.get()
+    assert session.goal.startswith("Rate-limit POST /api/login to 5 attempts per IP")
+    clock.advance(minutes=30)
+    prompt(hook, "go on")
+    send(hook, payload("pre_compact_auto", transcript_path=UNREADABLE))  # the next compaction
+    checkpoint = Checkpoint.objects.filter(trigger=Trigger.PRE_COMPACTION).latest("created_at")
+    assert checkpoint.goal == session.goal
+    assert checkpoint.next_steps == PENDING
+    assert checkpoint.current_task == (
+        "Converting src/middleware/rateLimit.ts to Redis INCR + PEXPIRE."
+    )
+    # A new session recovering from this one gets them.
+    send(hook, payload("session_end"))
+    clock.advance(minutes=1)
+    other = "b7c1d2e3-0000-4000-8000-000000000002"
+    context = context_of(send(hook, payload("session_start_startup", session_id=other)))
+    assert "Make loginRateLimit async" in context
+    assert Session.objects.get(session_key=other).goal == ""  # its own first request will be
+
+
+def test_the_summary_the_client_read_from_the_transcript_serves_when_postcompact_was_lost(hook):
+    prompt(hook, "continue")
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    body["signet"] = {"transcript": {"compact_summary": SUMMARY, "current_task": "continue"}}
+    send(hook, body)
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    assert checkpoint.goal.startswith("Rate-limit POST /api/login")
+    assert checkpoint.next_steps == PENDING
+    assert Session.objects.get().compact_summary == SUMMARY
+
+
+def test_the_sessions_own_opening_request_outranks_the_summarys(hook):
+    prompt(hook, OPENING)
+    send(hook, payload("post_compact_manual", compact_summary=SUMMARY))
+    assert Session.objects.get().goal == OPENING

@@ -124,6 +124,7 @@ def facts_content(facts: TranscriptExtract | None) -> CheckpointContent | None:
         last_assistant_message=redact_clip(facts.last_assistant_message, MESSAGE_KEEP_CHARS),
         git_branch=redact_clip(facts.git_branch, BRANCH_KEEP_CHARS),
         context_tokens=None if tokens is None else max(0, min(tokens, MAX_TOKENS)),
+        compact_summary=redact_clip(facts.compact_summary, SUMMARY_KEEP_CHARS),
     )
 
 

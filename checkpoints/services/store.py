@@ -31,6 +31,7 @@ from checkpoints.services.statements import (
     statement_run,
     statement_values,
 )
+from checkpoints.services.summaries import summary_parse
 
 MAX_LIST_ITEMS = 50
 MAX_ITEM_CHARS = 2000
@@ -53,6 +54,8 @@ class CheckpointContent:
     git_branch: str = ""
     context_tokens: int | None = None
     narrative: str = ""  # a digest written by the agent or a client, kept verbatim (redacted)
+    # The harness's latest compaction summary, as the client read it from the transcript.
+    compact_summary: str = ""
     agent_id: str = ""
     tags: list[str] = field(default_factory=list)
     state: Any = None  # a runtime's opaque serialised state (the API bounds its size)
@@ -87,6 +90,24 @@ def _steps_merged(*, session: Session, content: CheckpointContent, authored: boo
     agent = list(session.agent_next_steps)
     first, then = (agent, listed) if agent_first else (listed, agent)
     return list(dict.fromkeys(step for step in (*first, *then) if step))[:MAX_LIST_ITEMS]
+
+
+def _summarised(*, session: Session, content: CheckpointContent) -> None:
+    """What the session's compaction summary says, where the checkpoint has nothing of its
+    own: its pending tasks and next step as the next steps, its current work as the task, its
+    request as the goal (``services/summaries.py``)."""
+    if content.next_steps and content.current_task and (session.goal or content.goal):
+        return
+    summary = session.compact_summary or content.compact_summary
+    if not summary:
+        return
+    parts = summary_parse(summary)
+    if not content.next_steps:
+        content.next_steps = parts.next_steps
+    if not content.current_task:
+        content.current_task = parts.current
+    if not content.goal:
+        content.goal = parts.request
 
 
 def _is_last_request(content: CheckpointContent) -> bool:
@@ -212,6 +233,7 @@ def checkpoint_build(
     content.next_steps = _steps_merged(session=session, content=content, authored=authored)
     parent = None if session.created_now else _latest(session)  # a new session has none
     _carried(parent=parent, session=session, trigger=trigger, content=content)
+    _summarised(session=session, content=content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)
     prompts = content.recent_prompts or list(session.recent_prompts)
     checkpoint = Checkpoint(

@@ -32,7 +32,7 @@ from datetime import datetime
 
 from checkpoints.harnesses.base import Event, EventKind
 from checkpoints.models import ContinuityConfig, Session
-from checkpoints.services.engine.handlers import prompt_intent_record
+from checkpoints.services.engine.handlers import prompt_intent_record, summary_goal_take
 from checkpoints.services.events import (
     MAX_FILES,
     MAX_PROMPTS,
@@ -115,6 +115,7 @@ def backlog_apply(
         elif event.kind is EventKind.POST_COMPACT and not _newer(session, "c", happened_at):
             # An older compaction's summary must not replace a newer one's.
             session.compact_summary = event.compact_summary or session.compact_summary
+            summary_goal_take(session=session)
         delivery_record(session=session, digest=digest, happened_at=happened_at)
     if not changed:
         return False

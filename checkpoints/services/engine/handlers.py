@@ -51,6 +51,7 @@ from checkpoints.services.store import (
     checkpoint_write,
     session_close,
 )
+from checkpoints.services.summaries import summary_parse
 
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
 PRE_COMPACT_SEEN = 1
@@ -243,6 +244,12 @@ def prompt_intent_record(*, session: Session, prompt: str) -> None:
         session.decisions = decisions_add(list(session.decisions), found)
 
 
+def summary_goal_take(*, session: Session) -> None:
+    """The request of the session's compaction summary as its goal, when it has none."""
+    if not session.goal and session.compact_summary:
+        session.goal = summary_parse(session.compact_summary).request[:GOAL_KEEP_CHARS]
+
+
 def tasks_record(*, session: Session, tasks: AgentTasks) -> None:
     """The agent's task list, as its client read it: the task in progress and the pending
     ones become the session's, which the checkpoints that bring none of their own take."""
@@ -293,8 +300,11 @@ def _on_pre_compact(
     content: CheckpointContent | None,
 ) -> Step:
     if content is not None:
+        if content.compact_summary and not session.compact_summary:
+            session.compact_summary = content.compact_summary  # a PostCompact the server missed
         if not session.goal and content.goal:  # the opening request, read by the client
             session.goal = content.goal
+        summary_goal_take(session=session)
         _add_files(session, content.modified_files)
         if content.git_branch:
             session.git_branch = content.git_branch
@@ -317,6 +327,7 @@ def _on_post_compact(
     pending_flush_if_due(session=session, config=config, now=now)
     if event.compact_summary:
         session.compact_summary = event.compact_summary
+        summary_goal_take(session=session)
     if event.queued_at is None:
         _compaction_mark(session, POST_COMPACT_SEEN, now)
     return Step()
