@@ -238,3 +238,41 @@ def test_the_sessions_own_opening_request_outranks_the_summarys(hook):
     prompt(hook, OPENING)
     send(hook, payload("post_compact_manual", compact_summary=SUMMARY))
     assert Session.objects.get().goal == OPENING
+
+
+# --- 5. The prompt record -------------------------------------------------------------------
+
+
+def test_the_pre_compaction_checkpoint_merges_the_prompt_record_with_the_transcripts(hook):
+    long = OPENING + ". " + "Keep the error messages as they are. " * 20
+    for text in (long, "add the signup route too", "and the password reset", "go on"):
+        prompt(hook, text)
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    read = [
+        "and the password reset",
+        "go on",
+        "why does the reset test fail?",  # the server missed it
+    ]
+    body["signet"] = {"transcript": {"recent_prompts": read, "current_task": read[-1]}}
+    send(hook, body)
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    assert checkpoint.recent_prompts == [
+        long[:500],
+        "add the signup route too",
+        "and the password reset",
+        "go on",
+        "why does the reset test fail?",
+    ]
+
+
+def test_a_prompt_cut_shorter_in_one_record_is_the_same_prompt(hook):
+    long = OPENING + ". " + "Keep the error messages as they are. " * 20
+    prompt(hook, long)
+    prompt(hook, "go")
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    cut = long[:299].rstrip() + "…"  # as a transcript reader cuts it
+    body["signet"] = {"transcript": {"recent_prompts": [cut, "go on", "go"]}}
+    send(hook, body)
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    # "go" and "go on" are two prompts; the long one is one, kept at its longest.
+    assert checkpoint.recent_prompts == [long[:500], "go on", "go"]

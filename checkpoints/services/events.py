@@ -13,11 +13,10 @@ import re
 
 from checkpoints.harnesses.base import AgentTasks, Event, TranscriptExtract
 from checkpoints.services.redaction import redact_clip
-from checkpoints.services.store import CheckpointContent
+from checkpoints.services.store import MAX_PROMPTS, CheckpointContent
 
 # What a session keeps of its stream, and how much of each text.
 MAX_QUERIES = 20
-MAX_PROMPTS = 10
 MAX_REMEMBERS = 10
 MAX_FILES = 50
 PROMPT_KEEP_CHARS = 500

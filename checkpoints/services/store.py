@@ -34,6 +34,10 @@ from checkpoints.services.statements import (
 from checkpoints.services.summaries import summary_parse
 
 MAX_LIST_ITEMS = 50
+MAX_PROMPTS = 10  # a session's recent prompts, and a checkpoint's
+# A prompt cut at least this long (or ending in an ellipsis) is the same as a longer one it
+# begins: each record keeps 500 characters of a prompt, a transcript read cuts its own.
+CUT_PROMPT_CHARS = 200
 MAX_ITEM_CHARS = 2000
 PROJECT_KEEP_CHARS = 1024
 
@@ -75,6 +79,46 @@ def _merge_unique(first: Sequence[str], then: Sequence[str], limit: int) -> list
 AUTHORED = (Trigger.AGENT, Trigger.EXPLICIT)
 CARRIED_FIELDS = ("decisions", "open_questions", "blockers")  # only the narrative has these
 CARRIED_WHILE_IDLE = ("current_task", "next_steps")  # the transcript has these too
+
+
+def _same_prompt(one: str, other: str) -> bool:
+    """Whether two records hold the same prompt, one maybe cut shorter than the other."""
+    one, other = " ".join(one.split()), " ".join(other.split())
+    if one == other:
+        return True
+    short, long = sorted((one, other), key=len)
+    cut = short.endswith("…")
+    short = short.removesuffix("…").rstrip()
+    return bool(short) and (cut or len(short) >= CUT_PROMPT_CHARS) and long.startswith(short)
+
+
+def _prompts_merged(kept: Sequence[str], read: Sequence[str]) -> list[str]:
+    """The session's own record of its prompts and the ones a transcript read holds, in the
+    order they came, each once (the longer of two records of one), the last ``MAX_PROMPTS``.
+
+    Either may lack some: the service misses what its hooks did not get through, the
+    transcript's tail what came before it. A prompt only the transcript holds goes after the
+    last one both hold before it.
+    """
+    merged = list(kept)
+    at = 0
+    for prompt in read:
+        found = next(
+            (index for index in range(at, len(merged)) if _same_prompt(merged[index], prompt)),
+            None,
+        )
+        if found is None:
+            merged.insert(at, prompt)
+            at += 1
+            continue
+        if len(prompt) > len(merged[found]):
+            merged[found] = prompt
+        at = found + 1
+    unique: list[str] = []
+    for prompt in reversed(merged):  # a prompt repeated keeps its latest place
+        if prompt and not any(_same_prompt(prompt, later) for later in unique):
+            unique.append(prompt)
+    return unique[:MAX_PROMPTS][::-1]
 
 
 def _steps_merged(*, session: Session, content: CheckpointContent, authored: bool) -> list[str]:
@@ -235,7 +279,7 @@ def checkpoint_build(
     _carried(parent=parent, session=session, trigger=trigger, content=content)
     _summarised(session=session, content=content)
     modified = _merge_unique(session.modified_files, content.modified_files, MAX_LIST_ITEMS)
-    prompts = content.recent_prompts or list(session.recent_prompts)
+    prompts = _prompts_merged(session.recent_prompts, content.recent_prompts)
     checkpoint = Checkpoint(
         owner_id=session.owner_id,
         session=session,

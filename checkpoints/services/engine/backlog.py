@@ -35,13 +35,13 @@ from checkpoints.models import ContinuityConfig, Session
 from checkpoints.services.engine.handlers import prompt_intent_record, summary_goal_take
 from checkpoints.services.events import (
     MAX_FILES,
-    MAX_PROMPTS,
     MAX_QUERIES,
     MAX_REMEMBERS,
     PROMPT_KEEP_CHARS,
     query_terms,
 )
 from checkpoints.services.pending import pending_mark_if_due
+from checkpoints.services.store import MAX_PROMPTS
 
 DELIVERED_KEEP = 48
 # What a digest's first character says it is: only these kinds are remembered.

@@ -20,7 +20,6 @@ from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session,
 from checkpoints.services.events import (
     GOAL_KEEP_CHARS,
     MAX_FILES,
-    MAX_PROMPTS,
     MAX_QUERIES,
     MAX_REMEMBERS,
     PROMPT_KEEP_CHARS,
@@ -47,6 +46,7 @@ from checkpoints.services.pressure import (
 from checkpoints.services.recovery import injection_build, recovery_prepare
 from checkpoints.services.store import (
     MAX_LIST_ITEMS,
+    MAX_PROMPTS,
     CheckpointContent,
     checkpoint_write,
     session_close,
