@@ -276,3 +276,86 @@ def test_a_prompt_cut_shorter_in_one_record_is_the_same_prompt(hook):
     checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
     # "go" and "go on" are two prompts; the long one is one, kept at its longest.
     assert checkpoint.recent_prompts == [long[:500], "go on", "go"]
+
+
+# --- 6. The last assistant message ----------------------------------------------------------
+
+
+def stop(hook, message):
+    response = send(hook, payload("stop", last_assistant_message=message))
+    assert response.status_code == 200, response.content
+
+
+def compaction(hook, clock, **pre):
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    body["signet"] = {"transcript": {"last_assistant_message": "Limiter wired in.", **pre}}
+    send(hook, body)
+    clock.advance(seconds=1)
+    send(hook, payload("session_start_compact"))
+    send(hook, payload("post_compact_manual"))
+
+
+def test_after_a_compaction_a_dead_sessions_periodic_checkpoint_has_the_newest_message(hook, clock):
+    configure(prompt_interval=2)
+    prompt(hook, OPENING)
+    stop(hook, "Limiter wired in.")
+    compaction(hook, clock)
+    clock.advance(minutes=1)
+    prompt(hook, "and the signup route too")
+    stop(hook, "Signup is limited too.")
+    prompt(hook, "go on")  # the session dies here: no Stop, no SessionEnd
+    assert periodic(clock).last_assistant_message == "Signup is limited too."
+
+
+def test_a_message_from_before_the_compaction_is_not_carried_past_it(hook, clock):
+    configure(prompt_interval=2)
+    prompt(hook, OPENING)
+    stop(hook, "Limiter wired in.")
+    compaction(hook, clock)
+    assert (
+        Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION).last_assistant_message
+        == "Limiter wired in."
+    )
+    clock.advance(minutes=1)
+    prompt(hook, "and the signup route too")
+    send(hook, payload("stop", last_assistant_message=""))  # a Stop with no message
+    prompt(hook, "go on")
+    assert periodic(clock).last_assistant_message == ""
+
+
+def test_a_late_pre_compact_does_not_bring_back_an_older_message(hook, clock):
+    configure(prompt_interval=2)
+    prompt(hook, OPENING)
+    stop(hook, "Limiter wired in.")
+    queued = clock.now
+    clock.advance(seconds=5)
+    send(hook, payload("session_start_compact"))
+    send(hook, payload("post_compact_manual"))
+    clock.advance(minutes=1)
+    prompt(hook, "and the signup route too")
+    stop(hook, "Signup is limited too.")
+    # The PreCompact the client's outbox held, replayed now.
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    body["signet"] = {
+        "queued_at": queued.isoformat(),
+        "transcript": {"last_assistant_message": "Limiter wired in."},
+    }
+    assert send(hook, body).status_code == 200
+    assert Session.objects.get().last_assistant_message == "Signup is limited too."
+    prompt(hook, "go on")
+    prompt(hook, "and the reset route")
+    assert periodic(clock).last_assistant_message == "Signup is limited too."
+
+
+def test_a_stop_replayed_from_before_the_compaction_brings_no_message(hook, clock):
+    prompt(hook, OPENING)
+    queued = clock.now
+    clock.advance(seconds=5)
+    compaction(hook, clock)
+    clock.advance(minutes=1)
+    body = payload("stop", last_assistant_message="Limiter wired in.")
+    body["signet"] = {"queued_at": queued.isoformat()}
+    assert send(hook, body).status_code == 200
+    assert Session.objects.get().last_assistant_message == ""
+    stop(hook, "Signup is limited too.")  # a live Stop always replaces it
+    assert Session.objects.get().last_assistant_message == "Signup is limited too."

@@ -150,6 +150,9 @@ def _compaction_mark(session: Session, seen: int, now: datetime) -> None:
         session.compaction_recovered = False
         session.compaction_count += 1
         pressure_reset(session=session)
+        # The answer before the compaction is the pre-compaction checkpoint's; kept on, it
+        # would stand for the latest in every checkpoint until a Stop brings one.
+        session.last_assistant_message = ""
     session.compaction_events |= seen
     session.recovery_due = not session.compaction_recovered
 
@@ -310,8 +313,9 @@ def _on_pre_compact(
             session.git_branch = content.git_branch
         if content.context_tokens is not None:
             session.context_tokens = content.context_tokens
-        if content.last_assistant_message:
-            session.last_assistant_message = content.last_assistant_message
+        # The transcript's last answer goes into the checkpoint only: the compaction ends
+        # the session's (``_compaction_mark``), and a late PreCompact's is older than any a
+        # Stop brought since.
     # The emergency checkpoint takes the latest state, so it also stands for any pending one.
     checkpoint_write(
         session=session, trigger=Trigger.PRE_COMPACTION, config=config, now=now, content=content
@@ -337,7 +341,10 @@ def _on_stop(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> Step:
     pending_flush_if_due(session=session, config=config, now=now)
-    if event.last_assistant_message:
+    started = session.compaction_started_at
+    # A Stop the client's outbox held from before the latest compaction: its answer is stale.
+    stale = event.queued_at is not None and started is not None and event.queued_at < started
+    if event.last_assistant_message and not stale:
         session.last_assistant_message = event.last_assistant_message
     return Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
 
