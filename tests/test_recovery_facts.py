@@ -359,3 +359,49 @@ def test_a_stop_replayed_from_before_the_compaction_brings_no_message(hook, cloc
     assert Session.objects.get().last_assistant_message == ""
     stop(hook, "Signup is limited too.")  # a live Stop always replaces it
     assert Session.objects.get().last_assistant_message == "Signup is limited too."
+
+
+# --- 7. A new session right after a dead one ------------------------------------------------
+
+NEXT = "b7c1d2e3-0000-4000-8000-000000000003"
+
+
+def test_a_new_session_recovers_the_work_a_dead_session_had_not_checkpointed_yet(hook, clock):
+    configure(prompt_interval=2, debounce_seconds=30)
+    send(hook, payload("session_start_startup"))
+    prompt(hook, OPENING)
+    send(hook, payload("post_tool_use_edit"))
+    prompt(hook, "and the signup route too")  # marks the periodic checkpoint pending
+    assert Session.objects.get().checkpoint_pending_since is not None
+    assert not Checkpoint.objects.exists()  # its debounce is not over: the session dies
+    clock.advance(seconds=2)
+    context = context_of(send(hook, payload("session_start_startup", session_id=NEXT)))
+    assert "checkpoint of an earlier session in this project (`3f2b8c1e-" in context
+    assert "and the signup route too" in context
+    assert "- src/routes/auth.ts" in context  # named relative to the project
+    dead = Session.objects.get(session_key=SESSION)
+    assert dead.checkpoint_pending_since is None
+    assert not dead.changed_since_checkpoint
+    assert dead.ended_at is None  # written, not ended: it may be alive in another terminal
+
+
+def test_changes_not_yet_due_for_a_checkpoint_are_written_too(hook, clock):
+    send(hook, payload("session_start_startup"))
+    prompt(hook, OPENING)
+    send(hook, payload("post_tool_use_edit"))
+    context = context_of(send(hook, payload("session_start_startup", session_id=NEXT)))
+    assert OPENING in context
+    checkpoint = Checkpoint.objects.get(session_key=SESSION)
+    assert checkpoint.trigger == Trigger.PERIODIC
+
+
+def test_another_project_or_owner_or_a_compaction_start_writes_nothing(
+    hook, clock, client_for, stranger
+):
+    send(hook, payload("session_start_startup"))
+    prompt(hook, OPENING)
+    send(hook, payload("session_start_startup", session_id=NEXT, cwd="/home/alice/other"))
+    send(client_for(stranger, "ingest"), payload("session_start_startup", session_id=NEXT))
+    compacted = "c0ffee00-0000-4000-8000-000000000004"
+    send(hook, payload("session_start_compact", session_id=compacted))
+    assert not Checkpoint.objects.exists()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, ContinuityConfig, Session, Trigger
@@ -109,6 +109,47 @@ def pending_flush_now(*, session: Session, config: ContinuityConfig, now: dateti
     """Write the locked session's pending checkpoint, debounce or not (a boundary event)."""
     if session.checkpoint_pending_since is not None:
         checkpoint_write(session=session, trigger=Trigger.PERIODIC, config=config, now=now)
+
+
+# The most sessions of a project a new session's start writes the pending work of.
+PROJECT_FLUSH_SESSIONS = 5
+
+
+def pending_flush_project(
+    *, session: Session, config: ContinuityConfig, now: datetime
+) -> list[Checkpoint]:
+    """Write what the other live sessions of ``session``'s project (its owner's, active
+    within the recovery window) have not checkpointed yet: a pending periodic checkpoint,
+    debounce or not, or the changes since their last one. For a new session's start, before
+    it looks for the project's checkpoint to recover: a session that has just died (no
+    SessionEnd) has its pending write still to come, and the new session would miss it.
+
+    One query when there is nothing to write. Their rows are locked in the caller's
+    transaction, and one another worker holds is passed over: that worker is writing it (a
+    live session's own event), and waiting for it could deadlock with a start of its own.
+    """
+    if not session.project_normalized:
+        return []
+    others = (
+        Session.objects.select_for_update(skip_locked=True)
+        .filter(
+            Q(checkpoint_pending_since__isnull=False) | Q(changed_since_checkpoint=True),
+            owner_id=session.owner_id,
+            project_normalized=session.project_normalized,
+            ended_at__isnull=True,
+            last_activity_at__gte=now - config.recovery_window,
+        )
+        .exclude(pk=session.pk)
+        .order_by("-last_activity_at")[:PROJECT_FLUSH_SESSIONS]
+    )
+    written = []
+    for other in others:
+        before = session_values(other)
+        written.append(
+            checkpoint_write(session=other, trigger=Trigger.PERIODIC, config=config, now=now)
+        )
+        session_save_changed(session=other, before=before)
+    return written
 
 
 # The end of the batch this process last queued a flush task for (``time.monotonic``).

@@ -36,6 +36,7 @@ from checkpoints.services.pending import (
     pending_checkpoint_if_due,
     pending_flush_if_due,
     pending_flush_now,
+    pending_flush_project,
     pending_mark_if_due,
 )
 from checkpoints.services.pressure import (
@@ -183,6 +184,10 @@ def _on_session_start(
     session.recovery_due = False
     if event.source == "clear":  # the user asked for a clean slate
         return Step()
+    if not compact:
+        # What another session of the project has not written yet (one that just died) is
+        # what this one may recover from.
+        pending_flush_project(session=session, config=config, now=now)
     step = _recovery(
         session, config, now, event, event.source or "startup", event.previous_session_key
     )
