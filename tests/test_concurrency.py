@@ -129,3 +129,28 @@ def test_edits_and_prompts_on_one_session_from_twenty_threads_lose_nothing(inges
         f"/home/alice/projects/webapp/t{i}-{n}.py" for i in range(THREADS) for n in range(edits)
     }
     assert set(session.modified_files) == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sessions_starting_together_in_one_project_write_each_others_work_without_deadlock(
+    ingest_token,
+):
+    # Each start writes the pending work of the project's other sessions, locking their
+    # rows while those sessions' own events lock them too.
+    def work(index: int) -> None:
+        api = client(ingest_token)
+        key = f"starter-{index}"
+        for source in ("startup", "resume", "resume"):
+            response = send(api, payload(f"session_start_{source}", session_id=key))
+            assert response.status_code == 200, response.content
+            body = payload("user_prompt_submit", session_id=key, prompt=f"t{index} work")
+            assert send(api, body).status_code == 200
+            body = payload("post_tool_use_edit", session_id=key)
+            assert send(api, body).status_code == 200
+
+    run_threads(work)
+    assert list(Session.objects.values_list("prompt_count", flat=True).distinct()) == [3]
+    # Only the starts write checkpoints here (no interval falls due), each of work done,
+    # at most five sessions a start.
+    assert 0 < Checkpoint.objects.count() <= THREADS * 3 * 5
+    assert all(checkpoint.prompt_count for checkpoint in Checkpoint.objects.all())
