@@ -29,6 +29,7 @@ DECISION_CHARS = 300
 MAX_DECISIONS = 20
 # What of a prompt is read for decisions: a pasted log further down states none.
 DECISION_SCAN_CHARS = 4000
+REDIRECT_SCAN_CHARS = 300  # a redirect says so in its first words
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]{1,12}m")
 _WRAPPERS = (
@@ -77,6 +78,11 @@ _RULE_OPENING = re.compile(
     r")",
     re.IGNORECASE,
 )
+# A word every kind of decision holds: a prompt (or a line, a sentence) without one has none.
+_TRIGGER_WORDS = ("use", "don", "do not", "never", "always", "must", "prefer", "decision")
+_TRIGGER = re.compile(
+    r"\b(?:use|don'?t|do not|never|always|must(?:n'?t)?|prefer|decision)\b", re.IGNORECASE
+)
 _USE_NOT = re.compile(r"\buse\b.+?,\s*not\b|\buse\b.+?\binstead of\b", re.IGNORECASE)
 # Not a guess ("it must be the cache", "I must have missed it").
 _MUST = re.compile(
@@ -102,14 +108,13 @@ def is_substantive(prompt: str) -> bool:
     text = plain(prompt)
     if not text or is_wrapper(text):
         return False
-    words = [word.lower() for word in _WORD.findall(text)]
-    return any(word not in _ACK_WORDS for word in words)
+    return any(word.group().lower() not in _ACK_WORDS for word in _WORD.finditer(text))
 
 
 def redirect_of(prompt: str) -> bool:
     """Whether ``prompt`` redirects the session to other work, with substance of its own
     after the words that say so."""
-    text = plain(prompt)
+    text = plain(prompt[:REDIRECT_SCAN_CHARS])
     match = _REDIRECT.match(text)
     return match is not None and is_substantive(text[match.end() :])
 
@@ -117,7 +122,11 @@ def redirect_of(prompt: str) -> bool:
 def decisions_in(prompt: str) -> list[str]:
     """The sentences of ``prompt`` that state a rule or a choice, in order, each at most
     ``DECISION_CHARS`` characters; none in a wrapper."""
-    text = plain(prompt)[:DECISION_SCAN_CHARS]
+    head = prompt[:DECISION_SCAN_CHARS]
+    lowered = head.lower()
+    if not any(word in lowered for word in _TRIGGER_WORDS):
+        return []  # most prompts: a few substring searches
+    text = plain(head)
     if not text or is_wrapper(text):
         return []
     found: list[str] = []
@@ -128,9 +137,16 @@ def decisions_in(prompt: str) -> list[str]:
             continue
         if fenced or line.startswith(("    ", "\t")):
             continue
+        if not _TRIGGER.search(line):
+            continue
         for part in _SENTENCE_END.split(line):
             sentence = " ".join(_BULLET.sub("", part).split())
-            if not sentence or sentence.endswith("?") or not is_substantive(sentence):
+            if (
+                not sentence
+                or sentence.endswith("?")
+                or not _TRIGGER.search(sentence)
+                or not is_substantive(sentence)
+            ):
                 continue
             if _RULE_OPENING.match(sentence) or _USE_NOT.search(sentence) or _MUST.search(sentence):
                 found.append(_clip(sentence, DECISION_CHARS))
