@@ -58,7 +58,9 @@ def test_the_goal_is_the_opening_substantive_request_not_a_greeting_or_a_note(ho
         prompt(hook, text)
     prompt(hook, "and the signup route too")
     assert Session.objects.get().goal == OPENING
-    assert periodic(clock).goal == OPENING
+    checkpoint = periodic(clock)
+    assert checkpoint.goal == OPENING
+    assert f"### Goal\n{OPENING}" in checkpoint.digest
 
 
 def test_a_redirect_replaces_the_goal_and_a_plain_next_step_does_not(hook):

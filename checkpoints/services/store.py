@@ -511,6 +511,7 @@ def digest_render(*, session: Session, checkpoint: Checkpoint, now: datetime) ->
     if checkpoint.context_tokens:
         lines.append(f"**Context used:** {checkpoint.context_tokens:,} tokens")
     sections = [
+        ("Goal", checkpoint.goal),
         ("Current task", checkpoint.current_task),
         ("Next steps", _bullets(checkpoint.next_steps)),
         ("Decisions", _bullets(checkpoint.decisions)),
