@@ -64,6 +64,7 @@ def test_decisions_are_the_sentences_that_state_a_rule_or_a_choice():
         "Should we use X, not Y? I don't know why. I prefer small commits.\n"
         "decision: keep SQLite for the tests\n"
         "use pytest instead of unittest\n"
+        "I use the cache, not sure why it is slow.\n"
         "```\nnever = 1\n```\n"
         "    must_call() in pasted code\n"
     )

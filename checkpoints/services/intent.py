@@ -83,7 +83,7 @@ _TRIGGER_WORDS = ("use", "don", "do not", "never", "always", "must", "prefer", "
 _TRIGGER = re.compile(
     r"\b(?:use|don'?t|do not|never|always|must(?:n'?t)?|prefer|decision)\b", re.IGNORECASE
 )
-_USE_NOT = re.compile(r"\buse\b.+?,\s*not\b|\buse\b.+?\binstead of\b", re.IGNORECASE)
+_USE_NOT = re.compile(r"\buse\b.+?,\s*not\b(?!\s+sure)|\buse\b.+?\binstead of\b", re.IGNORECASE)
 # Not a guess ("it must be the cache", "I must have missed it").
 _MUST = re.compile(
     r"\bmust(?:n'?t)?\b(?!\s+(?:have|'ve|be\s+(?:a|an|the|because|something|why|that)\b))",
