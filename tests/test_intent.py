@@ -1,36 +1,10 @@
-"""The text rules of what a prompt says (``services/intent.py``): substance, redirects,
-decisions."""
+"""The text rules of what a prompt says (``services/intent.py``): redirects, decisions."""
 
 from __future__ import annotations
 
 import pytest
 
-from checkpoints.services.intent import decisions_add, decisions_in, is_substantive, redirect_of
-
-
-@pytest.mark.parametrize(
-    "prompt",
-    ["hi", "Hello!", "ok", "OK, continue", "yes do it", "Thanks! go on", "keep going", "lgtm", ""],
-)
-def test_greetings_and_go_aheads_are_not_substantive(prompt):
-    assert not is_substantive(prompt)
-
-
-@pytest.mark.parametrize(
-    "prompt",
-    [
-        "<task-notification><status>failed</status></task-notification>",
-        "<system-reminder>The file changed</system-reminder>",
-        "\x1b[1;33m<ide_opened_file>src/app.ts</ide_opened_file>",
-    ],
-)
-def test_harness_wrappers_are_not_substantive(prompt):
-    assert not is_substantive(prompt)
-
-
-@pytest.mark.parametrize("prompt", ["fix the login bug", "refactor auth.py", "ok, now add tests"])
-def test_a_request_is_substantive(prompt):
-    assert is_substantive(prompt)
+from checkpoints.services.intent import decisions_add, decisions_in, redirect_of
 
 
 @pytest.mark.parametrize(
@@ -79,11 +53,10 @@ def test_decisions_are_the_sentences_that_state_a_rule_or_a_choice():
     ]
 
 
-def test_a_decision_is_kept_to_300_characters_and_a_wrapper_states_none():
+def test_a_decision_is_kept_to_300_characters():
     (long,) = decisions_in("Never " + "do that again " * 40)
     assert len(long) <= 300
     assert long.endswith("…")
-    assert decisions_in("<task-notification>never retry</task-notification>") == []
 
 
 def test_decisions_add_dedupes_newest_last_and_keeps_twenty():

@@ -54,7 +54,8 @@ def periodic(clock):
 
 def test_the_goal_is_the_opening_substantive_request_not_a_greeting_or_a_note(hook, clock):
     configure(prompt_interval=6)
-    for text in ("hi", "# the staging Redis listens on port 6380", OPENING, "ok", "continue"):
+    notice = "<task-notification><status>failed</status></task-notification>"
+    for text in ("hi", notice, "# the staging Redis listens on port 6380", OPENING, "ok"):
         prompt(hook, text)
     prompt(hook, "and the signup route too")
     assert Session.objects.get().goal == OPENING

@@ -1,29 +1,29 @@
-"""What a user's prompt says about the session beyond its words: whether it states a task
-(the session's goal), redirects the session to another one, or lays down a rule or a choice
-(a decision). Plain text rules, no model: conservative, so that what they keep is what the
-user said.
+"""What a user's prompt says about the session beyond its words: whether it redirects the
+session to other work, and which rules or choices it lays down (decisions). Plain text
+rules, no model: conservative, so that what they keep is what the user said. Whether a
+prompt can state a goal at all is ``goal_worthy``'s rule (``hooks/transcripts/prompts.py``,
+which the hook client applies to the transcript's prompts too); the harness's own notices
+are gone from a prompt by the time it gets here (its adapter's ``typed_prompt``).
 
-- **Substantive**: a prompt that asks for something. Not a harness wrapper (a line that
-  opens with ``<task-notification>``, ``<system-reminder>`` …), not a note the harness
-  marks (``# …``, ``/remember …``: the caller knows), and not a prompt whose every word is
-  a greeting, an acknowledgement or a go-ahead ("hi", "ok", "yes", "continue", "go on",
-  "thanks, do it").
-- **A redirect**: a substantive prompt that opens by saying the work changes: "new task:",
-  "new goal:", "change of plans", "instead, …", "forget that/this/it/everything, …",
-  "scratch that, …", "let's switch to …", "let's move on to …", "now let's work on …",
-  "let's work on something else: …" (after an optional "ok", "okay", "alright", "actually").
-  Only what follows the opening counts as its substance: "forget that" alone redirects
-  nothing.
+- **A redirect**: a prompt that opens by saying the work changes: "new task:", "new goal:",
+  "change of plans", "instead, …" (not "instead, use …", a choice), "forget
+  that/this/it/everything, …", "scratch that, …", "let's switch to …", "let's move on to …",
+  "now let's work on …", "let's work on something else: …" (after an optional "ok", "okay",
+  "alright", "actually"). Only what follows the opening counts, and it must be worth a goal
+  itself: "forget that" alone redirects nothing.
 - **A decision**: a sentence (not a question) that states a rule or a choice: "use X, not
   Y", "use X instead of Y", one that opens with "don't", "do not", "never", "always",
   "prefer", "decision:" (optionally after "please", "and", "but", "also", "so", "we",
-  "you"), or one that says "must". Code (fenced, or indented lines) is not read. Each is
-  kept as its sentence, at most ``DECISION_CHARS`` characters.
+  "you"; "I prefer …" too), or one that says "must" (not "must be the …", "must have …":
+  a guess). Code (fenced, or indented lines) is not read. Each is kept as its sentence, at
+  most ``DECISION_CHARS`` characters.
 """
 
 from __future__ import annotations
 
 import re
+
+from hooks.transcripts.prompts import goal_worthy
 
 DECISION_CHARS = 300
 MAX_DECISIONS = 20
@@ -31,30 +31,6 @@ MAX_DECISIONS = 20
 DECISION_SCAN_CHARS = 4000
 REDIRECT_SCAN_CHARS = 300  # a redirect says so in its first words
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]{1,12}m")
-_WRAPPERS = (
-    "<task-notification>",
-    "<system-reminder>",
-    "<ide_opened_file>",
-    "<ide_selection>",
-    "<command-name>",
-    "<command-message>",
-    "<local-command-stdout>",
-    "<local-command-stderr>",
-    "<bash-input>",
-    "<bash-stdout>",
-    "<bash-stderr>",
-    "<user-prompt-submit-hook>",
-)
-_ACK_TEXT = """
-    hi hello hey hiya yo morning evening afternoon good there all
-    ok okay k kk sure yes yeah yep yup y no nope fine alright right great cool nice perfect
-    awesome excellent thanks thank you thx ty cheers lgtm agreed approve approved sounds
-    continue go on ahead proceed carry keep going resume retry try again next done do it
-    that this please pls now then and so let's lets us
-"""
-_ACK_WORDS = frozenset(_ACK_TEXT.split())
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 _LEAD = r"(?:(?:ok(?:ay)?|alright|actually|so|right|hmm|well)[,.!]?\s+)*"
 _REDIRECT = re.compile(
@@ -91,44 +67,22 @@ _MUST = re.compile(
 )
 
 
-def plain(text: str) -> str:
-    """``text`` without terminal colour codes, stripped."""
-    return _ANSI.sub("", text).strip()
-
-
-def is_wrapper(prompt: str) -> bool:
-    """Whether ``prompt`` is a harness's wrapper (a background task's notice, an opened file,
-    a reminder, a slash command's echo), not something the user typed."""
-    return plain(prompt).lower().startswith(_WRAPPERS)
-
-
-def is_substantive(prompt: str) -> bool:
-    """Whether ``prompt`` asks for something (see the module's rules); a note is the caller's
-    to leave out."""
-    text = plain(prompt)
-    if not text or is_wrapper(text):
-        return False
-    return any(word.group().lower() not in _ACK_WORDS for word in _WORD.finditer(text))
-
-
 def redirect_of(prompt: str) -> bool:
     """Whether ``prompt`` redirects the session to other work, with substance of its own
     after the words that say so."""
-    text = plain(prompt[:REDIRECT_SCAN_CHARS])
+    text = prompt[:REDIRECT_SCAN_CHARS].strip()
     match = _REDIRECT.match(text)
-    return match is not None and is_substantive(text[match.end() :])
+    return match is not None and goal_worthy(text[match.end() :])
 
 
 def decisions_in(prompt: str) -> list[str]:
     """The sentences of ``prompt`` that state a rule or a choice, in order, each at most
-    ``DECISION_CHARS`` characters; none in a wrapper."""
+    ``DECISION_CHARS`` characters."""
     head = prompt[:DECISION_SCAN_CHARS]
     lowered = head.lower()
     if not any(word in lowered for word in _TRIGGER_WORDS):
         return []  # most prompts: a few substring searches
-    text = plain(head)
-    if not text or is_wrapper(text):
-        return []
+    text = head.strip()
     found: list[str] = []
     fenced = False
     for line in text.splitlines():
@@ -145,7 +99,7 @@ def decisions_in(prompt: str) -> list[str]:
                 not sentence
                 or sentence.endswith("?")
                 or not _TRIGGER.search(sentence)
-                or not is_substantive(sentence)
+                or not goal_worthy(sentence)
             ):
                 continue
             if _RULE_OPENING.match(sentence) or _USE_NOT.search(sentence) or _MUST.search(sentence):

@@ -25,13 +25,7 @@ from checkpoints.services.events import (
     PROMPT_KEEP_CHARS,
     query_terms,
 )
-from checkpoints.services.intent import (
-    decisions_add,
-    decisions_in,
-    is_substantive,
-    plain,
-    redirect_of,
-)
+from checkpoints.services.intent import decisions_add, decisions_in, redirect_of
 from checkpoints.services.pending import (
     pending_checkpoint_if_due,
     pending_flush_if_due,
@@ -53,6 +47,7 @@ from checkpoints.services.store import (
     session_close,
 )
 from checkpoints.services.summaries import summary_parse
+from hooks.transcripts.prompts import goal_worthy
 
 # One compaction's three events, in whatever order they arrive (see ``_compaction_mark``).
 PRE_COMPACT_SEEN = 1
@@ -243,10 +238,11 @@ def _on_prompt(
 
 def prompt_intent_record(*, session: Session, prompt: str) -> None:
     """What a prompt (not a note) says of the session: its goal, when the session has none
-    yet and the prompt asks for something, or when the prompt redirects the session; and
-    the rules and choices it states (``services/intent.py``)."""
-    if (not session.goal and is_substantive(prompt)) or redirect_of(prompt):
-        session.goal = plain(prompt)[:GOAL_KEEP_CHARS]
+    yet and the prompt can state one (``prompts.goal_worthy``: not a greeting or a go-ahead),
+    or when the prompt redirects the session; and the rules and choices it states
+    (``services/intent.py``)."""
+    if (not session.goal and goal_worthy(prompt)) or redirect_of(prompt):
+        session.goal = prompt[:GOAL_KEEP_CHARS]
     found = decisions_in(prompt)
     if found:
         session.decisions = decisions_add(list(session.decisions), found)
