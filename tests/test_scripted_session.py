@@ -146,6 +146,7 @@ def test_after_compact_the_agent_gets_everything_once(service, tmp_path, setting
         assert response.status == 201
     claude.fire(event("user_prompt_submit", prompt="now switch the store"))
     claude.fire(event("user_prompt_submit", prompt="keep the old one behind a flag"))
+    claude.fire(event("user_prompt_submit", prompt="Use Redis, not memcached."))
     claude.fire(event("stop"))
 
     contexts = [
@@ -162,8 +163,10 @@ def test_after_compact_the_agent_gets_everything_once(service, tmp_path, setting
     assert text.startswith("## Session Recovery Context")
     assert "Move the limiter store to Redis" in text  # the task: the active todo
     assert "Run the auth tests against Redis" in text  # the next step
+    assert "### Goal\nAdd rate limiting to POST /api/login" in text  # the opening request
     assert "Fixed window of 15 minutes, 5 attempts per IP" in text  # the agent's decision
-    assert f"{CWD}/src/routes/auth.ts" in text  # an edited file
+    assert "Use Redis, not memcached." in text  # the user's
+    assert "- src/routes/auth.ts" in text  # an edited file, relative to the project
     assert "limiter keys are login:<ip> in Redis db 3" in text  # the remembered note
     assert len(text) <= 2000
     assert Injection.objects.count() == 1
