@@ -25,6 +25,7 @@ from __future__ import annotations
 # Blocks the harness writes, removed with their content wherever they are complete.
 NOTICE_TAGS = (
     "task-notification",
+    "agent-notification",
     "bash-notification",
     "ide_opened_file",
     "ide_selection",
@@ -51,7 +52,7 @@ WHOLE_NOTICES = (
 )
 _INTERRUPTED = "[Request interrupted by user"
 # What follows a background task's notice, pointing at its output.
-_TASK_OUTPUT = "Read the output file to retrieve the result"
+_TASK_OUTPUT = ("Read the output file to retrieve the result", "Full transcript available at:")
 # Claude Code's commands that run in the terminal and never reach the model.
 LOCAL_COMMANDS = frozenset(
     {
@@ -207,7 +208,7 @@ def _without_notices(text: str) -> str:
             begin, end, _ = found
             text = text[:begin] + text[end:]
             start = begin
-            if tag == "task-notification" and _TASK_OUTPUT in text:
+            if tag == "task-notification" and any(line in text for line in _TASK_OUTPUT):
                 lines = text.split("\n")
                 text = "\n".join(line for line in lines if not line.startswith(_TASK_OUTPUT))
         # An opening tag never closed (a notice cut short) leaves nothing a person typed.
