@@ -89,6 +89,8 @@ class TranscriptExtract:
     # The harness's latest compaction summary in the transcript (Claude Code writes it as a
     # user line): its request, pending tasks and next step outlive the conversation.
     compact_summary: str = ""
+    # What the user decided, newest last: their answers to the agent's questions.
+    decisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -366,6 +368,7 @@ def transcript_parse(client: dict[str, Any]) -> TranscriptExtract | None:
         compact_summary=text_field(facts, "compact_summary", where="signet.transcript.")[
             :COMPACT_SUMMARY_CHARS
         ],
+        decisions=_strings(facts.get("decisions"), "decisions"),
     )
 
 

@@ -20,6 +20,8 @@ MAX_QUERIES = 20
 MAX_PROMPTS = 10
 MAX_REMEMBERS = 10
 MAX_FILES = 50
+MAX_DECISIONS = 20  # what a transcript read adds to a checkpoint's decisions
+DECISION_KEEP_CHARS = 300
 PROMPT_KEEP_CHARS = 500
 MESSAGE_KEEP_CHARS = 2000
 REMEMBER_KEEP_CHARS = 1000
@@ -119,6 +121,10 @@ def facts_content(facts: TranscriptExtract | None) -> CheckpointContent | None:
         ],
         recent_prompts=[
             redact_clip(prompt, PROMPT_KEEP_CHARS) for prompt in facts.recent_prompts[-MAX_PROMPTS:]
+        ],
+        decisions=[
+            redact_clip(decision, DECISION_KEEP_CHARS)
+            for decision in facts.decisions[-MAX_DECISIONS:]
         ],
         last_assistant_message=redact_clip(facts.last_assistant_message, MESSAGE_KEEP_CHARS),
         git_branch=redact_clip(facts.git_branch, BRANCH_KEEP_CHARS),
