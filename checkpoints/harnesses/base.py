@@ -138,6 +138,8 @@ class Event:
     prompt: str = ""
     remember: str = ""
     files: tuple[str, ...] = ()
+    # What the user decided, as a client found it in the transcript (a backlog tool use).
+    decisions: tuple[str, ...] = ()
     transcript_path: str = ""
     model: str = ""
     # The adapter knows ``model`` to have the long context window (its harness's own rule).

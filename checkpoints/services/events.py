@@ -81,6 +81,7 @@ def event_prepare(event: Event) -> Event:
         compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),
         last_assistant_message=redact_clip(event.last_assistant_message, MESSAGE_KEEP_CHARS),
         files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
+        decisions=tuple(redact_clip(item, DECISION_KEEP_CHARS) for item in event.decisions),
         backlog=tuple(event_prepare(item) for item in event.backlog),
         tasks=None
         if event.tasks is None

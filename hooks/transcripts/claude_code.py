@@ -427,6 +427,38 @@ def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
     return tuple(items)
 
 
+def user_said(line: bytes) -> bool:
+    """Whether a raw tool result line may hold what the user said (``rejection_text``,
+    ``answer_decisions``): worth a parse."""
+    return _ANSWERED_MARK in line or (_SAID_MARK in line and ERROR_MARK in line)
+
+
+def rejection_text(block: dict[str, Any]) -> str:
+    """What the user typed on rejecting the call that a ``tool_result`` block answers, as
+    ``prompt_text`` cleans it; '' when the block holds none."""
+    said = _text_of(block.get("content"))
+    if block.get("is_error") is not True or not said.startswith(REJECTED_OPENING):
+        return ""
+    return prompt_text(said.partition(USER_SAID)[2], limit=MESSAGE_CHARS)
+
+
+def answer_decisions(block: dict[str, Any], result: object) -> list[str]:
+    """The user's answers to AskUserQuestion in a ``tool_result`` block (and its line's
+    ``toolUseResult``), each "question → answer" within DECISION_CHARS."""
+    said = _text_of(block.get("content"))
+    if not said.startswith(ANSWERED_OPENING):
+        return []
+    answers = result.get("answers") if isinstance(result, dict) else None
+    if not isinstance(answers, dict):  # the text alone: '"question"="answer", …' as one
+        text = said[len(ANSWERED_OPENING) :].partition(_ANSWERED_TRAILER)[0]
+        return [_clip(" ".join(text.split()), DECISION_CHARS)] if text.strip() else []
+    return [
+        _decision(question, answer)
+        for question, answer in answers.items()
+        if isinstance(question, str) and isinstance(answer, str) and answer.strip()
+    ]
+
+
 def _decision(question: str, answer: str) -> str:
     """An answer to the agent's question as one line within DECISION_CHARS: the question cut
     to leave the answer room."""
@@ -563,26 +595,10 @@ class _Reader:
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
-            said = _text_of(block.get("content"))
-            if said.startswith(REJECTED_OPENING) and block.get("is_error") is True:
-                typed = prompt_text(said.partition(USER_SAID)[2], limit=MESSAGE_CHARS)
-                if typed:
-                    self._prompt(typed)
-            elif said.startswith(ANSWERED_OPENING):
-                self._answers(said, result)
-
-    def _answers(self, said: str, result: object) -> None:
-        answers = result.get("answers") if isinstance(result, dict) else None
-        if isinstance(answers, dict):
-            found = [
-                _decision(question, answer)
-                for question, answer in answers.items()
-                if isinstance(question, str) and isinstance(answer, str) and answer.strip()
-            ]
-        else:  # the text alone: '"question"="answer", …' as one decision
-            found = [_clip(said[len(ANSWERED_OPENING) :].partition(_ANSWERED_TRAILER)[0], 300)]
-        for decision in found:
-            if decision:
+            typed = rejection_text(block)
+            if typed:
+                self._prompt(typed)
+            for decision in answer_decisions(block, result):
                 self.decisions.pop(decision, None)
                 self.decisions[decision] = None
         while len(self.decisions) > MAX_DECISIONS:
