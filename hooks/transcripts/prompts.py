@@ -1,13 +1,14 @@
 """What a person typed: a Claude Code prompt without the text the harness wrote into it.
 
 Claude Code writes into user lines, and into the prompts its hooks carry, text nobody typed:
-background tasks' exits (``<task-notification>``), the file or lines open in the IDE
-(``<ide_opened_file>``, ``<ide_selection>``), reminders, local commands' output, the "!" shell
-mode's input and output, interruption markers, the caveat before local output, and the summary
-a compaction continues from. ``prompt_text`` removes each such block (and keeps the text
-typed next to it), writes a slash command as typed (``/opsx:apply x y``; a local built-in
-such as ``/clear`` never reaches the model and is no prompt), and strips ANSI colour codes,
-with their ESC byte or without it (a pasted log loses it: ``[1;33m`` … ``[0m``).
+background tasks' and subagents' exits (``<task-notification>``, ``<agent-notification>``),
+the file or lines open in the IDE (``<ide_opened_file>``, ``<ide_selection>``), reminders,
+local commands' output, the "!" shell mode's input and output, interruption markers, the
+caveat before local output, and the summary a compaction continues from. ``prompt_text``
+removes each such block (and keeps the text typed next to it), writes a slash command as
+typed (``/opsx:apply x y``; a local built-in such as ``/clear`` never reaches the model and is
+no prompt), and strips ANSI colour codes, with their ESC byte or without it (a pasted log
+loses it: ``[1;33m`` … ``[0m``).
 
 ``goal_worthy`` says whether a prompt can state what a session is for. The rule: a note to
 keep ("# use uv", "/remember …") cannot; a slash command can; any other prompt needs at

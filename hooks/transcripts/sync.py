@@ -13,7 +13,9 @@ not fail and was not rejected: an edit whose result is not written yet (PostTool
 before it is) waits, with the lines after it, for the next event. What the user says in a
 tool result, which no hook carries, is sent too, under the id of the call it answers: the
 text typed on rejecting a call (a prompt) and the answers to the agent's questions
-(``decision`` events, one for each answer).
+(``decision`` events, one for each answer). A message typed while the agent was busy is not
+sent from its queue line: that has no id a hook knows, and it may still come back as a user
+line that has one.
 
 Where the last one stopped is kept per session in a small file beside the outbox
 (``<outbox folder>/sync/<session_id>.json``: the transcript's path and a byte offset at a
