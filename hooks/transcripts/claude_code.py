@@ -310,12 +310,7 @@ def parse_lines(
         loads = json.loads
     reader = _Reader()
     for raw in lines:
-        if (
-            isinstance(raw, bytes)
-            and is_tool_result(raw)
-            and not any(mark in raw for mark in _TASK_RESULT_MARKS)
-            and not reader.wanted(raw)
-        ):
+        if isinstance(raw, bytes) and is_tool_result(raw) and not reader.wanted(raw):
             reader.branch_hint(raw)
             continue
         record = _decode(raw, loads)
@@ -632,7 +627,8 @@ class _Reader:
             return
         if dequeued and text in self.queued:  # counted when it was queued
             self.queued.remove(text)
-            self.goal_queued = False
+            if self.goal == _clip(text, MESSAGE_CHARS):
+                self.goal_queued = False  # sent: no longer to be taken back
             return
         self._prompt(text)
 
