@@ -324,6 +324,7 @@ def test_transcript_facts_the_client_sent_are_checked_and_bounded(hook):
         "todos": [{"content": f"step {n}", "status": "pending"} for n in range(500)],
         "recent_prompts": [f"prompt {n}" for n in range(500)],
         "modified_files": [f"/p/{n}.py" for n in range(500)],
+        "decisions": [f"decision {n} " * 50 for n in range(500)],
         "context_tokens": 10**40,
     }
     body = payload("pre_compact_auto", signet={"transcript": facts})
@@ -334,11 +335,15 @@ def test_transcript_facts_the_client_sent_are_checked_and_bounded(hook):
     assert checkpoint.recent_prompts[-1] == "prompt 499"
     assert len(checkpoint.recent_prompts) <= 10
     assert len(checkpoint.modified_files) <= 50
+    assert len(checkpoint.decisions) == 20
+    assert checkpoint.decisions[-1].startswith("decision 499 ")
+    assert all(len(decision) <= 300 for decision in checkpoint.decisions)
     assert checkpoint.context_tokens == 2**31 - 1
     for bad in (
         {"todos": "x"},
         {"todos": [{"content": 1, "status": "pending"}]},
         {"recent_prompts": [1]},
+        {"decisions": "use uv"},
         {"context_tokens": "many"},
         {"context_tokens": True},
         {"current_task": ["x"]},

@@ -174,6 +174,26 @@ def test_a_backlog_of_a_kind_this_server_does_not_know_is_ignored(hook):
     assert Session.objects.get(session_key=SESSION).prompt_count == 0
 
 
+@pytest.mark.django_db
+def test_the_users_answers_the_transcript_holds_are_the_sessions_decisions_once(hook, clock):
+    send(hook, payload("session_start_startup"))
+    answer = {
+        "type": "decision",
+        "id": "toolu_Q1",
+        "text": "How should users specify gist visibility? → Default unlisted only (MVP)",
+        "at": at(clock),
+    }
+    said = {"type": "prompt", "id": "toolu_W1", "text": "test this first", "at": at(clock)}
+
+    stop_with(hook, [answer, said], key="stop-1")
+    stop_with(hook, [answer, said], key="stop-2")  # found again: nothing twice
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.decisions == [answer["text"]]
+    assert session.recent_prompts == ["test this first"]
+    assert session.prompt_count == 1
+
+
 # --- the client ------------------------------------------------------------------------------
 
 
@@ -509,3 +529,39 @@ def test_a_queued_prompt_a_later_backlog_applied_first_counts_nothing_again(hook
     assert send(hook, late, **{"Idempotency-Key": "ups-1"}).status_code == 200
 
     assert Session.objects.get(session_key=SESSION).prompt_count == 1
+
+
+REJECTED_SAID = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it "
+    "was a file edit, the new_string was NOT written to the file). To tell you how to proceed, "
+    "the user said:\n"
+)
+
+
+def test_the_client_sends_what_the_user_said_in_tool_results(tmp_path):
+    transcript = started(tmp_path)
+    question = "How should users specify gist visibility (public vs unlisted)?"
+    answers = {"type": "tool_result", "content": (
+        f'User has answered your questions: "{question}"="Default unlisted only (MVP)". '
+        "You can now continue with the user's answers in mind."
+    ), "tool_use_id": "toolu_Q"}  # fmt: skip
+    answered = {
+        "type": "user", "uuid": "r-q", "version": "2.1.11", "isSidechain": False,
+        "timestamp": STAMP, "message": {"role": "user", "content": [answers]},
+        "toolUseResult": {"questions": [], "answers": {question: "Default unlisted only (MVP)"}},
+    }  # fmt: skip
+    append(
+        transcript,
+        answered,
+        {**answered, "uuid": "r-s", "isSidechain": True},  # a subagent's: not the user's
+        edit_line("toolu_W", "Write", "/p/types.go"),
+        result_line("toolu_W", REJECTED_SAID + "actually maybe let's test this first", error=True),
+    )
+
+    found = collect(transcript, tmp_path / "sync")
+
+    assert [(e["type"], e["id"], e["text"]) for e in found.events] == [
+        ("decision", "toolu_Q", f"{question} → Default unlisted only (MVP)"),
+        ("prompt", "toolu_W", "actually maybe let's test this first"),
+    ]
+    assert found.events[0]["at"] == STAMP

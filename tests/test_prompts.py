@@ -54,6 +54,12 @@ IDE_SELECTION = (
         "[Request interrupted by user for tool use]",
         "This session is being continued from a previous conversation that ran out of context.",
         '<teammate-message teammate_id="reviewer">Looks good.</teammate-message>',
+        # A subagent's exit (2.0), and a task's exit pointing at its transcript (2.1.49).
+        "<agent-notification>\n<agent-id>ab24fcc</agent-id>\n<status>completed</status>\n"
+        "Read the output file to retrieve the full result.\n</agent-notification>",
+        "<task-notification>\n<task-id>aef9ffc</task-id>\n<status>completed</status>\n"
+        "<result>Root cause found.</result>\n</task-notification>\n"
+        "Full transcript available at: /private/tmp/claude-501/tasks/aef9ffc.output",
         "<task-notification>\n<task-id>b8k2j1x</task-id>\n<status>running",  # cut short
         "\x1b[2m\x1b[0m",
         "   ",

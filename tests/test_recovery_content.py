@@ -288,3 +288,68 @@ def test_the_api_preview_at_its_smallest_budgets_leads_with_the_goal(hook):
             assert body["omitted"]
         if body["omitted"]:
             assert text.splitlines()[-1].startswith("_Omitted for space:")
+
+
+def answers_transcript(tmp_path, answers):
+    """A readable transcript where the user answered the agent's question (AskUserQuestion)."""
+    pairs = ", ".join(f'"{q}"="{a}"' for q, a in answers.items())
+    lines = [
+        {
+            "type": "user",
+            "isSidechain": False,
+            "message": {"role": "user", "content": "Plan the session-share plugin"},
+        },
+        {
+            "type": "assistant",
+            "isSidechain": False,
+            "requestId": "r1",
+            "message": {
+                "id": "m1",
+                "model": "claude-sonnet-4-6",
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "AskUserQuestion", "input": {}}
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "isSidechain": False,
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "content": f"User has answered your questions: {pairs}. You can now "
+                        "continue with the user's answers in mind.",
+                        "tool_use_id": "t1",
+                    }
+                ],
+            },
+            "toolUseResult": {"questions": [], "answers": answers},
+        },
+    ]
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+    return path
+
+
+def test_the_users_answers_join_the_agents_decisions_at_compaction(hook, clock, tmp_path):
+    prompt(hook, "Plan the session-share plugin")
+    digest(hook)
+    prompt(hook, "go on")
+    transcript = answers_transcript(
+        tmp_path, {"How should users specify gist visibility?": "Default unlisted only (MVP)"}
+    )
+
+    context = compact(hook, clock, transcript)
+
+    checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
+    answer = "How should users specify gist visibility? → Default unlisted only (MVP)"
+    assert checkpoint.decisions == [*NARRATIVE["decisions"], answer]
+    assert answer in context
+    assert NARRATIVE["decisions"][0] in context
+    prompt(hook, "now publish it")
+    send(hook, payload("session_end"))  # a passive checkpoint keeps both
+    final = Checkpoint.objects.get(trigger=Trigger.SESSION_END)
+    assert final.decisions == checkpoint.decisions

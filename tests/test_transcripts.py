@@ -885,3 +885,178 @@ def test_a_long_message_of_one_paragraph_keeps_its_start_and_end():
     assert kept.startswith("Start. word")
     assert kept.endswith("word Run npm test next?")
     assert " … " in kept
+
+
+# What a person says that is not a user line of its own (issue 30).
+
+
+def queued(operation: str, content: str | None = None) -> str:
+    record: dict[str, Any] = {
+        "type": "queue-operation",
+        "operation": operation,
+        "timestamp": "2026-08-18T09:13:00.000Z",
+        "sessionId": "s-1",
+    }
+    if content is not None:
+        record["content"] = content
+    return dump(record)
+
+
+def test_a_message_typed_while_the_agent_was_busy_is_a_prompt_once(tmp_path):
+    lines = [
+        user("Start the dev server and the tunnel, then open a PR for phase 12."),
+        assistant([tool_use("Bash", {"command": "pnpm dev"})]),
+        # Handed to the agent mid-turn: no user line follows.
+        queued("enqueue", "you dont have access to docker here"),
+        queued("enqueue", '{"task_id":"b8ced12","description":"Push","task_type":"local_bash"}'),
+        queued("remove"),
+        queued("remove"),
+        result("toolu_1", "Waiting... (1)"),
+        assistant([text("Right, no Docker needed.")]),
+        # Queued, then the next turn starts with it: its user line follows.
+        queued("enqueue", "yeah"),
+        queued("dequeue"),
+        user("yeah"),
+        # Queued, then taken back into the input box and never sent.
+        queued("enqueue", "huh"),
+        queued("popAll", "huh"),
+        queued("popAll", "huh"),
+        user("why do the uploads fail?"),
+        queued("enqueue", "getting 500 errors on upload and resolve calls"),
+    ]
+    path = tmp_path / "queued.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.recent_prompts == (
+        "Start the dev server and the tunnel, then open a PR for phase 12.",
+        "you dont have access to docker here",
+        "yeah",
+        "why do the uploads fail?",
+        "getting 500 errors on upload and resolve calls",
+    )
+    assert facts.last_user_request == "getting 500 errors on upload and resolve calls"
+    assert facts.current_task == facts.last_user_request
+
+
+def test_queued_notices_are_no_prompts_and_a_queued_one_taken_back_is_no_goal():
+    lines = [
+        queued(
+            "enqueue",
+            "<agent-notification>\n<agent-id>ab24fcc</agent-id>\n<status>completed</status>\n"
+            '<summary>Agent "Analyze conventions" completed.</summary>\n'
+            "Read the output file to retrieve the full result.\n</agent-notification>",
+        ),
+        queued("remove"),
+        queued("enqueue", "Map the codebase before we plan anything."),
+        queued("popAll", "Map the codebase before we plan anything."),
+        user(
+            "<task-notification>\n<task-id>aef9ffc</task-id>\n<status>completed</status>\n"
+            "<result>Root cause: a missing migration.</result>\n</task-notification>\n"
+            "Full transcript available at: /private/tmp/tasks/aef9ffc.output"
+        ),
+        user("ok"),
+        user("Plan the QA coordination hub."),
+    ]
+
+    facts = parse_lines(lines)
+
+    assert facts.recent_prompts == ("ok", "Plan the QA coordination hub.")
+    assert facts.goal == "Plan the QA coordination hub."
+
+
+REJECTED_SAID = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it "
+    "was a file edit, the new_string was NOT written to the file). To tell you how to proceed, "
+    "the user said:\n"
+)
+
+
+def test_what_the_user_typed_on_rejecting_a_call_is_the_latest_request(tmp_path):
+    said = "do the read and webfetch tool calls follow a similar pattern?"
+    lines = [
+        user("Filter verbose tool content out of the summaries."),
+        assistant([edit("Edit", "/p/summarise.go", "toolu_E")]),
+        result("toolu_E", "The file /p/summarise.go has been updated.", **EDIT_OK),
+        assistant([edit("Write", "/p/types.go", "toolu_W")]),
+        result(
+            "toolu_W",
+            REJECTED_SAID + said,
+            is_error=True,
+            toolUseResult=f"Error: {REJECTED_SAID}{said}",
+        ),
+    ]
+    path = tmp_path / "rejected.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.last_user_request == said
+    assert facts.recent_prompts == ("Filter verbose tool content out of the summaries.", said)
+    assert facts.modified_files == ("/p/summarise.go",)  # the rejected Write changed nothing
+
+
+def answered(tool_id: str, answers: dict[str, str]) -> str:
+    pairs = ", ".join(f'"{q}"="{a}"' for q, a in answers.items())
+    return result(
+        tool_id,
+        f"User has answered your questions: {pairs}. You can now continue with the user's "
+        "answers in mind.",
+        toolUseResult={
+            "questions": [
+                {"question": q, "header": "Scope", "options": [], "multiSelect": False}
+                for q in answers
+            ],
+            "answers": answers,
+        },
+    )
+
+
+def test_the_users_answers_to_the_agents_questions_are_decisions(tmp_path):
+    lines = [
+        user("Plan the session-share plugin."),
+        assistant([tool_use("AskUserQuestion", {"questions": []})]),
+        answered(
+            "toolu_1",
+            {
+                "What's explicitly NOT in v1?": "Playwright integration",
+                "Any hard constraints I should know about?": "",
+            },
+        ),
+        assistant([tool_use("AskUserQuestion", {"questions": []})]),
+        answered(
+            "toolu_1",
+            {"How should users specify gist visibility?": "Default unlisted only (MVP)"},
+        ),
+        # The same line again (a resumed session copies it): still one decision, newest last.
+        answered("toolu_1", {"What's explicitly NOT in v1?": "Playwright integration"}),
+        assistant([tool_use("AskUserQuestion", {"questions": []})]),
+        answered("toolu_1", {"Which names? " * 40: "Short ones, " * 30}),
+    ]
+    path = tmp_path / "answers.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    facts = read_transcript(path)
+
+    assert facts is not None
+    assert facts.decisions[:2] == (
+        "How should users specify gist visibility? → Default unlisted only (MVP)",
+        "What's explicitly NOT in v1? → Playwright integration",
+    )
+    assert len(facts.decisions) == 3
+    assert facts.decisions[2].startswith("Which names? Which names?")
+    assert "→ Short ones, Short ones," in facts.decisions[2]
+    assert len(facts.decisions[2]) <= 300
+    assert facts.recent_prompts == ("Plan the session-share plugin.",)  # answers: no prompts
+    assert facts.as_payload()["decisions"] == list(facts.decisions)
+
+
+def test_decisions_keep_the_last_twenty():
+    lines = [answered("toolu_1", {f"Question {n}?": f"Answer {n}"}) for n in range(25)]
+
+    facts = parse_lines(line.encode() for line in lines)
+
+    assert facts.decisions == tuple(f"Question {n}? → Answer {n}" for n in range(5, 25))

@@ -89,6 +89,8 @@ class TranscriptExtract:
     # The harness's latest compaction summary in the transcript (Claude Code writes it as a
     # user line): its request, pending tasks and next step outlive the conversation.
     compact_summary: str = ""
+    # What the user decided, newest last: their answers to the agent's questions.
+    decisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class Event:
     prompt: str = ""
     remember: str = ""
     files: tuple[str, ...] = ()
+    # What the user decided, as a client found it in the transcript (a backlog tool use).
+    decisions: tuple[str, ...] = ()
     transcript_path: str = ""
     model: str = ""
     # The adapter knows ``model`` to have the long context window (its harness's own rule).
@@ -366,6 +370,7 @@ def transcript_parse(client: dict[str, Any]) -> TranscriptExtract | None:
         compact_summary=text_field(facts, "compact_summary", where="signet.transcript.")[
             :COMPACT_SUMMARY_CHARS
         ],
+        decisions=_strings(facts.get("decisions"), "decisions"),
     )
 
 

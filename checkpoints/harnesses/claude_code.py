@@ -235,7 +235,8 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
     def backlog_parse(self, client: dict[str, Any], common: dict[str, Any]) -> tuple[Event, ...]:
         """``signet.sync.events``: the prompts, edits and compactions the hook client found in
         the transcript since its last event, in the transcript's order, as the events
-        Claude Code's ``http`` hooks would have posted (``hooks/transcripts/sync.py``)."""
+        Claude Code's ``http`` hooks would have posted (``hooks/transcripts/sync.py``), and
+        the user's answers to the agent's questions, which no hook carries."""
         sync = client.get("sync")
         if sync is None:
             return ()
@@ -281,6 +282,16 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
             return Event(
                 kind=EventKind.TOOL_USE, name="PostToolUse", files=files, delivery_key=key,
                 happened_at=at, **base,
+            )  # fmt: skip
+        if kind == "decision":  # the user's answer to the agent's question (AskUserQuestion)
+            # Its own kind of key: the call's PostToolUse, if one came, is no answer.
+            key = _delivery_key("decision", item.get("id"))
+            decision = text_field(item, "text", where=where)[:SYNC_TEXT_CHARS].strip()
+            if not key or not decision:
+                return None
+            return Event(
+                kind=EventKind.TOOL_USE, name="AskUserQuestion", decisions=(decision,),
+                delivery_key=key, happened_at=at, **base,
             )  # fmt: skip
         if kind == "compaction":
             key = _delivery_key("compaction", item.get("id"))

@@ -19,6 +19,8 @@ from checkpoints.services.store import MAX_PROMPTS, CheckpointContent
 MAX_QUERIES = 20
 MAX_REMEMBERS = 10
 MAX_FILES = 50
+MAX_DECISIONS = 20  # what a transcript read adds to a checkpoint's decisions
+DECISION_KEEP_CHARS = 300
 PROMPT_KEEP_CHARS = 500
 MESSAGE_KEEP_CHARS = 2000
 GOAL_KEEP_CHARS = 1000  # a prompt as it comes (``event_prepare``): the opening request whole
@@ -79,6 +81,7 @@ def event_prepare(event: Event) -> Event:
         compact_summary=redact_clip(event.compact_summary, SUMMARY_KEEP_CHARS),
         last_assistant_message=redact_clip(event.last_assistant_message, MESSAGE_KEEP_CHARS),
         files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
+        decisions=tuple(redact_clip(item, DECISION_KEEP_CHARS) for item in event.decisions),
         backlog=tuple(event_prepare(item) for item in event.backlog),
         tasks=None
         if event.tasks is None
@@ -119,6 +122,10 @@ def facts_content(facts: TranscriptExtract | None) -> CheckpointContent | None:
         ],
         recent_prompts=[
             redact_clip(prompt, PROMPT_KEEP_CHARS) for prompt in facts.recent_prompts[-MAX_PROMPTS:]
+        ],
+        decisions=[
+            redact_clip(decision, DECISION_KEEP_CHARS)
+            for decision in facts.decisions[-MAX_DECISIONS:]
         ],
         last_assistant_message=redact_clip(facts.last_assistant_message, MESSAGE_KEEP_CHARS),
         git_branch=redact_clip(facts.git_branch, BRANCH_KEEP_CHARS),

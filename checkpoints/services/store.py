@@ -169,9 +169,11 @@ def _carried(
 
     - A field the checkpoint brings itself (from the agent, a client or the transcript)
       replaces the previous value.
-    - Decisions, open questions and blockers come only from agent and explicit checkpoints:
-      an empty one takes the previous checkpoint's, so they stand until the next agent or
-      explicit checkpoint that names its own.
+    - Decisions, open questions and blockers come from agent and explicit checkpoints: an
+      empty one takes the previous checkpoint's, so they stand until the next agent or
+      explicit checkpoint that names its own. The transcript brings decisions too (the
+      user's answers to the agent's questions): they are added to the previous ones, newest
+      last, and replace none.
     - The task and the next steps also come from the transcript (the in-progress todo, else
       the last request; the pending todos), or from the agent's task list as its client last
       sent it (the session's ``current_task`` and ``next_steps``). An empty one takes the
@@ -189,9 +191,12 @@ def _carried(
     """
     if parent is None:
         return
+    read = bool(content.decisions) and trigger not in AUTHORED
     for name in CARRIED_FIELDS:
         if not getattr(content, name):
             setattr(content, name, list(getattr(parent, name)))
+    if read:
+        content.decisions = _merge_unique(parent.decisions, content.decisions, MAX_LIST_ITEMS)
     idle = parent.prompt_count == session.prompt_count
     missing = [n for n in CARRIED_WHILE_IDLE if not getattr(content, n) and getattr(parent, n)]
     if idle:

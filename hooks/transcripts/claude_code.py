@@ -35,6 +35,8 @@ DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 
 MAX_PROMPTS = 10
 PROMPT_CHARS = 500
+MAX_DECISIONS = 20
+DECISION_CHARS = 300
 MESSAGE_CHARS = 2000
 SUMMARY_CHARS = 20_000
 MAX_MODIFIED_FILES = 50
@@ -57,6 +59,23 @@ _SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 # A tool result that failed or that the user rejected says so (the bare quotes make it a key
 # of the line's own, not text inside a string); the edit it answers changed nothing.
 ERROR_MARK = b'"is_error":true'
+# A rejected call's result, when the user typed why: what follows the phrase is a prompt.
+REJECTED_OPENING = "The user doesn't want to proceed with this tool use."
+USER_SAID = "To tell you how to proceed, the user said:\n"
+_SAID_MARK = USER_SAID.rstrip("\n").encode()
+# AskUserQuestion's result: the user's answers, their decisions.
+ANSWERED_OPENING = "User has answered your questions:"
+_ANSWERED_TRAILER = ". You can now continue with the user's answers in mind."
+_ANSWERED_MARK = ANSWERED_OPENING.encode()
+# Messages typed while the agent was busy wait in a queue; the transcript logs each
+# operation on it. "enqueue" holds the text; "dequeue" starts a turn with one (its user line
+# follows), "remove" hands one to the agent mid-turn (no user line), "popAll" takes each back
+# into the input box (the person may send it again, or not). A background task's start is
+# queued too, as JSON.
+QUEUE_KIND = "queue-operation"
+_QUEUED_TASK = '{"task_id":'
+# Queued texts remembered to recognise their user line or their withdrawal.
+MAX_QUEUED = 16
 # The last this many edit calls can still turn out to have failed (a result follows its
 # call, after the other calls of the same response at most).
 MAX_PENDING_EDITS = 64
@@ -137,6 +156,10 @@ class TranscriptFacts(_Record):
     person typed in the main chain (``prompts.prompt_text``: no harness notices, slash
     commands as typed, no local built-ins, no ANSI codes); ``recent_prompts`` holds the last
     10, oldest first, each clipped to 500 chars, and ``last_user_request`` is clipped to 2000.
+    A message typed while the agent was busy counts when it was typed (once, though its user
+    line may follow), and not when it was taken back; so does what the user typed on
+    rejecting a tool call. ``decisions`` are the user's answers to the agent's questions
+    (AskUserQuestion), "question → answer", the last 20, newest last, each within 300 chars.
     ``goal`` is the first prompt that can state what the session is for
     (``prompts.goal_worthy``: no greeting or go-ahead), clipped to 2000, and '' unless the read
     began at the file's start. ``last_assistant_message`` is the main agent's last text, its
@@ -161,12 +184,14 @@ class TranscriptFacts(_Record):
     truncated: bool
     goal: str
     compact_summary: str
+    decisions: tuple[str, ...]
 
     __slots__ = (
         "compact_summary",
         "compactions",
         "context_tokens",
         "current_task",
+        "decisions",
         "git_branch",
         "goal",
         "last_assistant_message",
@@ -194,6 +219,7 @@ class TranscriptFacts(_Record):
         truncated: bool,
         goal: str = "",
         compact_summary: str = "",
+        decisions: tuple[str, ...] = (),
     ) -> None:
         self._set(
             current_task=current_task,
@@ -209,6 +235,7 @@ class TranscriptFacts(_Record):
             truncated=truncated,
             goal=goal,
             compact_summary=compact_summary,
+            decisions=decisions,
         )
 
     def as_payload(self) -> dict[str, Any]:
@@ -235,6 +262,7 @@ class TranscriptFacts(_Record):
             "truncated": self.truncated,
             "goal": self.goal,
             "compact_summary": self.compact_summary,
+            "decisions": list(self.decisions),
         }
 
 
@@ -282,12 +310,7 @@ def parse_lines(
         loads = json.loads
     reader = _Reader()
     for raw in lines:
-        if (
-            isinstance(raw, bytes)
-            and is_tool_result(raw)
-            and not any(mark in raw for mark in _TASK_RESULT_MARKS)
-            and not (reader.edits and ERROR_MARK in raw and reader.edit_failed(raw))
-        ):
+        if isinstance(raw, bytes) and is_tool_result(raw) and not reader.wanted(raw):
             reader.branch_hint(raw)
             continue
         record = _decode(raw, loads)
@@ -399,6 +422,47 @@ def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
     return tuple(items)
 
 
+def user_said(line: bytes) -> bool:
+    """Whether a raw tool result line may hold what the user said (``rejection_text``,
+    ``answer_decisions``): worth a parse."""
+    return _ANSWERED_MARK in line or (_SAID_MARK in line and ERROR_MARK in line)
+
+
+def rejection_text(block: dict[str, Any]) -> str:
+    """What the user typed on rejecting the call that a ``tool_result`` block answers, as
+    ``prompt_text`` cleans it; '' when the block holds none."""
+    said = _text_of(block.get("content"))
+    if block.get("is_error") is not True or not said.startswith(REJECTED_OPENING):
+        return ""
+    return prompt_text(said.partition(USER_SAID)[2], limit=MESSAGE_CHARS)
+
+
+def answer_decisions(block: dict[str, Any], result: object) -> list[str]:
+    """The user's answers to AskUserQuestion in a ``tool_result`` block (and its line's
+    ``toolUseResult``), each "question → answer" within DECISION_CHARS."""
+    said = _text_of(block.get("content"))
+    if not said.startswith(ANSWERED_OPENING):
+        return []
+    answers = result.get("answers") if isinstance(result, dict) else None
+    if not isinstance(answers, dict):  # the text alone: '"question"="answer", …' as one
+        text = said[len(ANSWERED_OPENING) :].partition(_ANSWERED_TRAILER)[0]
+        return [_clip(" ".join(text.split()), DECISION_CHARS)] if text.strip() else []
+    return [
+        _decision(question, answer)
+        for question, answer in answers.items()
+        if isinstance(question, str) and isinstance(answer, str) and answer.strip()
+    ]
+
+
+def _decision(question: str, answer: str) -> str:
+    """An answer to the agent's question as one line within DECISION_CHARS: the question cut
+    to leave the answer room."""
+    question, answer = " ".join(question.split()), " ".join(answer.split())
+    answer = _clip(answer, DECISION_CHARS * 2 // 3)
+    room = DECISION_CHARS - len(answer) - 3
+    return f"{_clip(question, room)} → {answer}" if question else answer
+
+
 def result_mark(tool_id: str) -> bytes:
     """How the result of call ``tool_id`` names it, bare-quoted as only a key can be."""
     return f'"tool_use_id":"{tool_id}"'.encode()
@@ -412,10 +476,17 @@ class _Reader:
         self.tasks = TaskTracker()
         # Which of the two to-do tools the agent used last: "TodoWrite" or "Task".
         self.todo_tool = ""
-        self.prompts: list[str] = []  # the last MAX_PROMPTS
-        self.last_user_request = ""
+        # What a person typed, each clipped to MESSAGE_CHARS, oldest first: the last
+        # MAX_PROMPTS, and as many more as queued ones taken back could remove.
+        self.prompts: list[str] = []
         self.goal = ""
+        self.goal_queued = False  # the goal is a queued message, still in the queue
         self.compact_summary = ""
+        self.decisions: dict[str, None] = {}  # in order, newest last
+        # Queued messages counted when typed (the last MAX_QUEUED); and whether the queue
+        # started a turn, whose user line then is one of them.
+        self.queued: list[str] = []
+        self.dequeued = False
         # The edit calls in file order, (path, tool id), and the ids of those that failed.
         self.touches: list[tuple[str, str]] = []
         self.failed: set[str] = set()
@@ -445,6 +516,8 @@ class _Reader:
             self._assistant(record)
         elif kind == "user":
             self._user(record)
+        elif kind == QUEUE_KIND:
+            self._queue(record)
         elif kind == "system" and record.get("subtype") == "compact_boundary":
             self.compactions += 1
             self.usage.compacted()
@@ -465,10 +538,66 @@ class _Reader:
                 return
             start = line.find(_BRANCH_KEY, start + 1)
 
-    def edit_failed(self, line: bytes) -> bool:
-        """Whether a failed tool result's line, skipped unparsed otherwise, names an edit
-        call (then it is parsed to be sure)."""
-        return any(mark in line for mark in self.edits)
+    def wanted(self, line: bytes) -> bool:
+        """Whether a tool result's line, skipped unparsed otherwise, may say something read
+        here (then it is parsed to be sure): a task's creation, the user's answers, the text
+        the user typed on rejecting a call, or the failure of an edit call."""
+        if any(mark in line for mark in _TASK_RESULT_MARKS) or _ANSWERED_MARK in line:
+            return True
+        if ERROR_MARK not in line:
+            return False
+        return _SAID_MARK in line or any(mark in line for mark in self.edits)
+
+    def _prompt(self, text: str, *, queued: bool = False) -> None:
+        if not self.goal and goal_worthy(text):
+            self.goal = _clip(text, MESSAGE_CHARS)
+            self.goal_queued = queued
+        self.prompts.append(_clip(text, MESSAGE_CHARS))
+        if len(self.prompts) > MAX_PROMPTS + MAX_QUEUED:
+            del self.prompts[0]
+
+    def _queue(self, record: _Json) -> None:
+        operation = record.get("operation")
+        if operation == "dequeue":
+            self.dequeued = True
+            return
+        if operation not in ("enqueue", "popAll"):
+            return  # "remove": the agent got it mid-turn, as counted
+        content = record.get("content")
+        if isinstance(content, str) and content.startswith(_QUEUED_TASK):
+            return  # a background task's start
+        text = typed_text(content)
+        if not text:
+            return
+        if operation == "enqueue":
+            self._prompt(text, queued=True)
+            self.queued.append(text)
+            if len(self.queued) > MAX_QUEUED:
+                del self.queued[0]
+        elif text in self.queued:  # taken back into the input box
+            self.queued.remove(text)
+            clipped = _clip(text, MESSAGE_CHARS)
+            for index in range(len(self.prompts) - 1, -1, -1):
+                if self.prompts[index] == clipped:
+                    del self.prompts[index]
+                    break
+            if self.goal_queued and self.goal == clipped:
+                self.goal = ""
+
+    def _results(self, content: list[Any], result: object) -> None:
+        """What the user said in tool results: the text typed on rejecting a call (a
+        prompt), the answers to the agent's questions (decisions)."""
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            typed = rejection_text(block)
+            if typed:
+                self._prompt(typed)
+            for decision in answer_decisions(block, result):
+                self.decisions.pop(decision, None)
+                self.decisions[decision] = None
+        while len(self.decisions) > MAX_DECISIONS:
+            del self.decisions[next(iter(self.decisions))]
 
     def _user(self, record: _Json) -> None:
         message = record.get("message")
@@ -481,25 +610,27 @@ class _Reader:
         if record.get("isMeta") is True or record.get("isVisibleInTranscriptOnly") is True:
             return
         if isinstance(content, list):
+            result = record.get("toolUseResult")
             if self.tasks.creating:
-                result = record.get("toolUseResult")
                 for block in content:
                     if isinstance(block, dict) and block.get("type") == "tool_result":
                         self.tasks.tool_result(block, result)
             if self.edits:
                 self._edit_results(content)
+            self._results(content, result)
         text = typed_text(content)
+        dequeued, self.dequeued = self.dequeued, False
         if not text:
             raw = _text_of(content)
             if raw.lstrip().startswith(SUMMARY_OPENING):  # a summary line without its flag
                 self.compact_summary = summary_text(raw)
             return
-        if not self.goal and goal_worthy(text):
-            self.goal = _clip(text, MESSAGE_CHARS)
-        self.last_user_request = _clip(text, MESSAGE_CHARS)
-        self.prompts.append(_clip(text, PROMPT_CHARS))
-        if len(self.prompts) > MAX_PROMPTS:
-            del self.prompts[0]
+        if dequeued and text in self.queued:  # counted when it was queued
+            self.queued.remove(text)
+            if self.goal == _clip(text, MESSAGE_CHARS):
+                self.goal_queued = False  # sent: no longer to be taken back
+            return
+        self._prompt(text)
 
     def _edit_results(self, content: list[Any]) -> None:
         for block in content:
@@ -586,11 +717,12 @@ class _Reader:
             tasks = task_files or self.tasks.items()
             todos = tuple(TodoItem(*task) for task in tasks[:MAX_TODOS])
         doing = current_task([(t.content, t.status, t.active_form, t.description) for t in todos])
+        last_request = self.prompts[-1] if self.prompts else ""
         return TranscriptFacts(
-            current_task=doing or self.last_user_request,
+            current_task=doing or last_request,
             todos=todos,
-            last_user_request=self.last_user_request,
-            recent_prompts=tuple(self.prompts),
+            last_user_request=last_request,
+            recent_prompts=tuple(_clip(p, PROMPT_CHARS) for p in self.prompts[-MAX_PROMPTS:]),
             modified_files=self._files(self.touches),
             last_assistant_message=message_text(self.last_assistant_message),
             git_branch=self.git_branch,
@@ -600,4 +732,5 @@ class _Reader:
             truncated=truncated,
             goal="" if truncated else self.goal,
             compact_summary=self.compact_summary,
+            decisions=tuple(self.decisions),
         )

@@ -1,13 +1,14 @@
 """What a person typed: a Claude Code prompt without the text the harness wrote into it.
 
 Claude Code writes into user lines, and into the prompts its hooks carry, text nobody typed:
-background tasks' exits (``<task-notification>``), the file or lines open in the IDE
-(``<ide_opened_file>``, ``<ide_selection>``), reminders, local commands' output, the "!" shell
-mode's input and output, interruption markers, the caveat before local output, and the summary
-a compaction continues from. ``prompt_text`` removes each such block (and keeps the text
-typed next to it), writes a slash command as typed (``/opsx:apply x y``; a local built-in
-such as ``/clear`` never reaches the model and is no prompt), and strips ANSI colour codes,
-with their ESC byte or without it (a pasted log loses it: ``[1;33m`` … ``[0m``).
+background tasks' and subagents' exits (``<task-notification>``, ``<agent-notification>``),
+the file or lines open in the IDE (``<ide_opened_file>``, ``<ide_selection>``), reminders,
+local commands' output, the "!" shell mode's input and output, interruption markers, the
+caveat before local output, and the summary a compaction continues from. ``prompt_text``
+removes each such block (and keeps the text typed next to it), writes a slash command as
+typed (``/opsx:apply x y``; a local built-in such as ``/clear`` never reaches the model and is
+no prompt), and strips ANSI colour codes, with their ESC byte or without it (a pasted log
+loses it: ``[1;33m`` … ``[0m``).
 
 ``goal_worthy`` says whether a prompt can state what a session is for. The rule: a note to
 keep ("# use uv", "/remember …") cannot; a slash command can; any other prompt needs at
@@ -25,6 +26,7 @@ from __future__ import annotations
 # Blocks the harness writes, removed with their content wherever they are complete.
 NOTICE_TAGS = (
     "task-notification",
+    "agent-notification",
     "bash-notification",
     "ide_opened_file",
     "ide_selection",
@@ -51,7 +53,7 @@ WHOLE_NOTICES = (
 )
 _INTERRUPTED = "[Request interrupted by user"
 # What follows a background task's notice, pointing at its output.
-_TASK_OUTPUT = "Read the output file to retrieve the result"
+_TASK_OUTPUT = ("Read the output file to retrieve the result", "Full transcript available at:")
 # Claude Code's commands that run in the terminal and never reach the model.
 LOCAL_COMMANDS = frozenset(
     {
@@ -207,7 +209,7 @@ def _without_notices(text: str) -> str:
             begin, end, _ = found
             text = text[:begin] + text[end:]
             start = begin
-            if tag == "task-notification" and _TASK_OUTPUT in text:
+            if tag == "task-notification" and any(line in text for line in _TASK_OUTPUT):
                 lines = text.split("\n")
                 text = "\n".join(line for line in lines if not line.startswith(_TASK_OUTPUT))
         # An opening tag never closed (a notice cut short) leaves nothing a person typed.

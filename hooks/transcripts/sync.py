@@ -10,7 +10,12 @@ carries the id both sides know (the line's ``promptId`` is the hook's ``prompt_i
 it lacks, once and in order (``checkpoints/services/engine/backlog.py``). Prompts are what a
 person typed (``prompts.prompt_text``), and an edit is sent once its result shows that it did
 not fail and was not rejected: an edit whose result is not written yet (PostToolUse runs
-before it is) waits, with the lines after it, for the next event.
+before it is) waits, with the lines after it, for the next event. What the user says in a
+tool result, which no hook carries, is sent too, under the id of the call it answers: the
+text typed on rejecting a call (a prompt) and the answers to the agent's questions
+(``decision`` events, one for each answer). A message typed while the agent was busy is not
+sent from its queue line: that has no id a hook knows, and it may still come back as a user
+line that has one.
 
 Where the last one stopped is kept per session in a small file beside the outbox
 (``<outbox folder>/sync/<session_id>.json``: the transcript's path and a byte offset at a
@@ -33,9 +38,12 @@ from .claude_code import (
     ERROR_MARK,
     MAX_PATH_CHARS,
     _text_of,
+    answer_decisions,
+    rejection_text,
     result_mark,
     summary_text,
     typed_text,
+    user_said,
 )
 from .usage import is_tool_result
 
@@ -213,14 +221,22 @@ class _Scan:
 
     def line(self, line: bytes, start: int) -> None:
         if is_tool_result(line):
-            if self.pending and any(mark in line for mark in self.pending):
-                if ERROR_MARK not in line:
-                    for mark in [mark for mark in self.pending if mark in line]:
-                        del self.pending[mark]
-                    return
-                record = self._parse(line)
-                if record is not None:
-                    self._results(record)
+            said = user_said(line)
+            named = bool(self.pending) and any(mark in line for mark in self.pending)
+            if named and not said and ERROR_MARK not in line:
+                for mark in [mark for mark in self.pending if mark in line]:
+                    del self.pending[mark]
+                return
+            if not named and not said:
+                return
+            record = self._parse(line)
+            if record is None:
+                return
+            if named:
+                self._results(record)
+            if said and record.get("isSidechain") is not True:
+                self._said(record)
+                self.starts += [start] * (len(self.events) - len(self.starts))
             return
         if not any(mark in line for mark in _MARKS):
             return
@@ -271,6 +287,27 @@ class _Scan:
             item = self.pending.pop(result_mark(tool_id), None)
             if item is not None and block.get("is_error") is True:
                 self.events[item[1]] = None  # failed, or the user said no
+
+    def _said(self, record: dict[str, Any]) -> None:
+        message = record.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return
+        at = record.get("timestamp")
+        at = at if isinstance(at, str) else ""
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            tool_id = block.get("tool_use_id")
+            if not isinstance(tool_id, str) or not tool_id:
+                continue
+            text = rejection_text(block)
+            if text:
+                self.events.append(
+                    {"type": "prompt", "id": tool_id, "text": text[:PROMPT_CHARS], "at": at}
+                )
+            for decision in answer_decisions(block, record.get("toolUseResult")):
+                self.events.append({"type": "decision", "id": tool_id, "text": decision, "at": at})
 
     def _edits(self, content: Any, at: str, start: int, message_id: str) -> None:
         if not isinstance(content, list):

@@ -17,7 +17,8 @@ what happened since its last event (each hook runs at least once a turn), so an 
 finds again was applied at most a few turns before; only a run of more than
 ``DELIVERED_KEEP`` prompts that all arrived while every event that carries a backlog failed
 could count one twice. An edit needs no memory: its file is added only if the session does
-not list it yet.
+not list it yet; nor does a decision (the user's answer to the agent's question), added to
+the session's decisions only if they do not hold it yet.
 
 Order: a prompt the server missed goes into the recent prompts before those that happened
 after it (the times remembered with the digests say which), not after the ones that arrived
@@ -34,6 +35,7 @@ from checkpoints.harnesses.base import Event, EventKind
 from checkpoints.models import ContinuityConfig, Session
 from checkpoints.services.engine.handlers import prompt_intent_record, summary_goal_take
 from checkpoints.services.events import (
+    MAX_DECISIONS,
     MAX_FILES,
     MAX_QUERIES,
     MAX_REMEMBERS,
@@ -104,6 +106,10 @@ def backlog_apply(
             files = [path for path in event.files if path not in session.modified_files]
             if files:
                 session.modified_files = [*session.modified_files, *files][-MAX_FILES:]
+                changed = True
+            decided = [item for item in event.decisions if item not in session.decisions]
+            if decided:  # the user's answers to the agent's questions, newest last
+                session.decisions = [*session.decisions, *decided][-MAX_DECISIONS:]
                 changed = True
             continue
         digest = delivery_digest(event=event)
