@@ -1,0 +1,738 @@
+"""Replay a real Claude Code transcript through the installed hooks, as Claude Code fires them.
+
+A temporary HOME gets Signet's hooks installed in ``~/.claude/settings.json`` by the
+project's installer (``hooks.install.install_claude_code``, what ``manage.py install_hooks
+claude-code --url …`` calls). The transcript is then walked line by line and written under
+``HOME/.claude/projects/<cwd, each character but letters and digits made '-'>/<session>.jsonl``
+as it grows, so that each hook reads the transcript as it was at that moment; each event
+runs the command that settings.json holds for it (matched as Claude Code matches: the
+``source``, ``trigger``, ``reason`` or tool name), through ``sh -c``, with the JSON payload
+on stdin, and its stdout is read back (``hookSpecificOutput.additionalContext`` is what the
+model receives).
+
+What fires, from the lines:
+
+- SessionStart ``startup`` first;
+- UserPromptSubmit for each line a person typed: a main-chain user line whose content is
+  text (no tool result; not ``isMeta``, not a compaction summary), without what the harness
+  writes as a user line (``<task-notification>``, ``<local-command-stdout>``, ``Caveat:``,
+  ``[Request interrupted``, bash mode, IDE and system-reminder blocks); a slash command as
+  ``/name args``, unless the harness answered it itself (a ``<local-command-stdout>`` before
+  any response);
+- PreToolUse for each ``tool_use`` (subagents' too), PostToolUse with the matching
+  ``tool_result``'s ``toolUseResult`` unless the result is an error; Task calls also update
+  the task files Claude Code keeps (``~/.claude/tasks/<session>/<id>.json``);
+- Stop at the end of each turn that has a response and was not interrupted, with
+  ``last_assistant_message`` (2.1 on);
+- for a ``compact_boundary`` already in the transcript: PreCompact before it, SessionStart
+  ``compact`` after it and its summary line, and PostCompact with that summary (2.1.76 on);
+- for a resumed session whose history was written into the file again (new uuids, the old
+  times): SessionEnd and SessionStart ``resume`` where the copy begins, and nothing for the
+  copied lines (they are in the transcript the hooks read, and in the baselines).
+
+Not replayed: the model itself (no new summary at the cut, so no PostCompact there), the
+subagents' own transcript files, the project folder (``cwd`` does not exist here, so the
+client finds no git repository), and the time between events (the hooks run one after the
+other, as fast as they answer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hooks.install import install_claude_code
+from hooks.transcripts.tasks import TaskTracker
+
+HEADER = "## Session Recovery Context"
+# Events whose matcher Claude Code ignores.
+UNMATCHED = frozenset({"UserPromptSubmit", "Stop"})
+# What a matcher matches, per event (else the tool's name).
+MATCHED_FIELD = {
+    "SessionStart": "source",
+    "PreCompact": "trigger",
+    "PostCompact": "trigger",
+    "SessionEnd": "reason",
+}
+EXACT_MATCHER = re.compile(r"[A-Za-z0-9_\- ,|]+")
+HARNESS_PREFIXES = (
+    "<task-notification>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "Caveat:",
+    "[Request interrupted",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "<user-memory-input>",
+    "This session is being continued from a previous conversation",
+)
+# Blocks Claude Code adds to the typed text's line (IDE state, reminders): not typed.
+ADDED_BLOCK_PREFIXES = ("<ide_opened_file>", "<ide_selection>", "<system-reminder>")
+COMMAND = re.compile(r"<command-name>\s*/?(?P<name>[^<]*?)\s*</command-name>")
+COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.S)
+SYNTHETIC_MODEL = "<synthetic>"
+SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
+PROMPT_ID_VERSION = (2, 1, 196)
+LAST_MESSAGE_VERSION = (2, 1, 0)
+POST_COMPACT_VERSION = (2, 1, 76)
+# A line this much older than one before it was written again (a resume's copy of history).
+COPY_SECONDS = 60.0
+
+
+def version_of(text: Any) -> tuple[int, ...]:
+    if not isinstance(text, str):
+        return ()
+    parts = []
+    for part in text.split(".")[:3]:
+        digits = part.split("-")[0]
+        if not digits.isdigit():
+            return ()
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def text_blocks(content: Any) -> list[str]:
+    """A user line's text: the string, or its text blocks."""
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    ]
+
+
+def tool_results(record: dict[str, Any]) -> list[dict[str, Any]]:
+    content = (record.get("message") or {}).get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def is_main(record: dict[str, Any]) -> bool:
+    return record.get("isSidechain") is not True
+
+
+def typed_prompt(record: dict[str, Any]) -> str | None:
+    """What a person typed on this line, or None when it is not such a line. A slash
+    command comes back as ``/name args`` (``local_command`` decides whether it counts)."""
+    if record.get("type") != "user" or not is_main(record):
+        return None
+    if record.get("isMeta") or record.get("isCompactSummary"):
+        return None
+    if record.get("isVisibleInTranscriptOnly"):
+        return None
+    if tool_results(record):
+        return None
+    blocks = [
+        text.strip()
+        for text in text_blocks((record.get("message") or {}).get("content"))
+        if text.strip() and not text.lstrip().startswith(ADDED_BLOCK_PREFIXES)
+    ]
+    text = "\n".join(blocks).strip()
+    if not text:
+        return None
+    command = COMMAND.search(text)
+    if command is not None and text.startswith(("<command-name>", "<command-message>")):
+        found = COMMAND_ARGS.search(text)
+        args = found.group("args").strip() if found else ""
+        return f"/{command.group('name')} {args}".strip()
+    if text.startswith(HARNESS_PREFIXES):
+        return None
+    return text
+
+
+def answered_locally(records: list[dict[str, Any] | None], index: int) -> bool:
+    """Whether the slash command at ``index`` was answered by the harness itself: a
+    ``<local-command-stdout>`` line (or a compaction) comes before any response or prompt."""
+    for record in records[index + 1 : index + 8]:
+        if record is None:
+            continue
+        if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
+            return True
+        if record.get("type") == "assistant":
+            return False
+        if record.get("type") == "user":
+            texts = text_blocks((record.get("message") or {}).get("content"))
+            joined = "".join(texts).lstrip()
+            if joined.startswith(("<local-command-stdout>", "<local-command-stderr>")):
+                return True
+            if typed_prompt(record) is not None:
+                return False
+    return False
+
+
+def prompt_of(records: list[dict[str, Any] | None], index: int) -> str | None:
+    """The prompt Claude Code's UserPromptSubmit carries for line ``index``, or None."""
+    record = records[index]
+    if record is None:
+        return None
+    prompt = typed_prompt(record)
+    if prompt is None:
+        return None
+    typed = "".join(text_blocks((record.get("message") or {}).get("content")))
+    if not prompt.startswith("/") or not COMMAND.search(typed):
+        return prompt
+    if prompt.split()[0] in ("/compact", "/clear") or answered_locally(records, index):
+        return None  # the harness's own: a compaction, a new session, a local answer
+    return prompt
+
+
+def slug_of(cwd: str) -> str:
+    """Claude Code's folder name for a project: every character but letters and digits as -."""
+    return re.sub(r"[^A-Za-z0-9]", "-", cwd)
+
+
+def matches(matcher: Any, value: str) -> bool:
+    """Claude Code's matcher: empty or ``*`` for all, a plain list (``a|b``) exactly, else an
+    unanchored regular expression."""
+    if matcher in (None, "", "*"):
+        return True
+    if not isinstance(matcher, str):
+        return False
+    if EXACT_MATCHER.fullmatch(matcher):
+        return value in {part.strip() for part in re.split(r"[|,]", matcher)}
+    try:
+        return re.search(matcher, value) is not None
+    except re.error:
+        return False
+
+
+def conversation_of(record: dict[str, Any]) -> list[str]:
+    """A main-chain response as the naive baseline reads it: its texts and tool calls."""
+    message = record.get("message")
+    if not is_main(record) or not isinstance(message, dict):
+        return []
+    if message.get("model") == SYNTHETIC_MODEL:
+        return []
+    content = message.get("content")
+    found = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and str(block.get("text", "")).strip():
+            found.append(f"Assistant: {str(block['text']).strip()}")
+        elif block.get("type") == "tool_use":
+            inputs = json.dumps(block.get("input"), ensure_ascii=False)
+            found.append(f"Tool {block.get('name')}: {inputs}")
+    return found
+
+
+@dataclass
+class HookRun:
+    event: str
+    seconds: float
+    context: str
+    stderr: str
+
+
+@dataclass
+class Claude:
+    """One HOME with the hooks installed, firing events as Claude Code does."""
+
+    home: Path
+    token: str
+    url: str
+    runs: list[HookRun] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        settings = self.home / ".claude" / "settings.json"
+        install_claude_code(settings, url=self.url)
+        self.hooks: dict[str, Any] = json.loads(settings.read_text())["hooks"]
+
+    def env(self, cwd: str) -> dict[str, str]:
+        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TZ", "TMPDIR")}
+        return {
+            **keep,
+            "HOME": str(self.home),
+            "SIGNET_TOKEN": self.token,
+            "CLAUDE_PROJECT_DIR": cwd,
+            "CLAUDECODE": "1",
+        }
+
+    def fire(self, payload: dict[str, Any]) -> str:
+        """Run every command hook settings.json holds for the payload's event and matcher;
+        the additionalContext they returned, joined ('' for none)."""
+        event = payload["hook_event_name"]
+        value = str(payload.get(MATCHED_FIELD.get(event, "tool_name"), ""))
+        contexts = []
+        for group in self.hooks.get(event, []):
+            if event not in UNMATCHED and not matches(group.get("matcher"), value):
+                continue
+            for handler in group.get("hooks", []):
+                if handler.get("type") != "command":
+                    continue
+                contexts.append(self._run(handler, payload))
+        return "\n".join(c for c in contexts if c)
+
+    def _run(self, handler: dict[str, Any], payload: dict[str, Any]) -> str:
+        began = time.perf_counter()
+        try:
+            done = subprocess.run(
+                ["sh", "-c", handler["command"]],
+                input=json.dumps(payload).encode(),
+                capture_output=True,
+                env=self.env(payload["cwd"]),
+                cwd=self.home,  # Claude Code runs it in the project, which is not here
+                timeout=float(handler.get("timeout", 600)),
+                check=False,
+            )
+            stdout, stderr = done.stdout, done.stderr.decode(errors="replace").strip()
+        except subprocess.TimeoutExpired:
+            stdout, stderr = b"", "timed out (Claude Code's timeout)"
+        context = ""
+        text = stdout.decode(errors="replace").strip()
+        if text.startswith("{"):
+            try:
+                reply = json.loads(text)
+            except ValueError:
+                stderr = (stderr + " (stdout not JSON)").strip()
+            else:
+                specific = reply.get("hookSpecificOutput") if isinstance(reply, dict) else None
+                if isinstance(specific, dict):
+                    context = str(specific.get("additionalContext") or "")
+        elif text:
+            context = text  # plain stdout is context too, for SessionStart and prompts
+        self.runs.append(
+            HookRun(payload["hook_event_name"], time.perf_counter() - began, context, stderr)
+        )
+        return context
+
+
+@dataclass
+class Cut:
+    """What the walk leaves for the scenario at the cut."""
+
+    claude: Claude
+    session_id: str
+    cwd: str
+    version: str
+    transcript: Path
+    last_uuid: str
+    model: str
+    branch: str
+
+
+class Walk:
+    """Lines 1..cut of a transcript fired into one HOME."""
+
+    def __init__(self, raw: list[str], *, claude: Claude, after_cut: dict[str, Any] | None) -> None:
+        self.raw = raw
+        self.records: list[dict[str, Any] | None] = []
+        for line in raw:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            self.records.append(record if isinstance(record, dict) else None)
+        self.claude = claude
+        self.after_cut = after_cut
+        conversation = [r for r in self.records if r and r.get("sessionId") and r.get("cwd")]
+        if not conversation:
+            raise ValueError("no conversation line with a sessionId and a cwd before the cut")
+        self.session_id = str(conversation[-1]["sessionId"])
+        self.cwd = str(conversation[0]["cwd"])
+        self.version = str(next((r["version"] for r in conversation if r.get("version")), ""))
+        self.transcript = (
+            claude.home / ".claude" / "projects" / slug_of(self.cwd) / f"{self.session_id}.jsonl"
+        )
+        self.tasks = TaskTracker()
+        self.tool_uses: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+        self.model = next(
+            (
+                str(r["message"]["model"])
+                for r in self.records
+                if r and r.get("type") == "assistant" and isinstance(r.get("message"), dict)
+                and r["message"].get("model") not in (None, SYNTHETIC_MODEL)
+            ),
+            "",
+        )  # fmt: skip
+        self.permission_mode = "default"
+        self.prompt_id = ""
+        self.turn_open = False
+        self.turn_answered = False
+        self.interrupted = False
+        self.last_message = ""
+        self.last_uuid = ""
+        self.branch = ""
+        self.latest = float("-inf")  # the latest line's time so far (Unix seconds)
+        self.copying = False
+        self.prompts: list[str] = []
+        self.conversation: list[str] = []  # the naive baseline's text, in order
+
+    def base(self, event: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "transcript_path": str(self.transcript),
+            "cwd": self.cwd,
+            "hook_event_name": event,
+            **fields,
+        }
+
+    def turn_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"permission_mode": self.permission_mode}
+        if self.prompt_id and version_of(self.version) >= PROMPT_ID_VERSION:
+            fields["prompt_id"] = self.prompt_id
+        return fields
+
+    def append(self, index: int) -> None:
+        with self.transcript.open("a", encoding="utf-8") as handle:
+            handle.write(self.raw[index].rstrip("\n") + "\n")
+        record = self.records[index]
+        if record is not None:
+            if isinstance(record.get("uuid"), str) and is_main(record):
+                self.last_uuid = record["uuid"]
+            if isinstance(record.get("gitBranch"), str) and record["gitBranch"]:
+                self.branch = record["gitBranch"]
+            if isinstance(record.get("permissionMode"), str):
+                self.permission_mode = record["permissionMode"]
+
+    def write_line(self, record: dict[str, Any]) -> None:
+        with self.transcript.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+    def stop(self) -> None:
+        """The end of the open turn: Stop, unless it had no response or was interrupted."""
+        if self.turn_open and self.turn_answered and not self.interrupted:
+            fields = self.turn_fields()
+            fields["stop_hook_active"] = False
+            if version_of(self.version) >= LAST_MESSAGE_VERSION:
+                fields["last_assistant_message"] = self.last_message
+            self.claude.fire(self.base("Stop", **fields))
+        self.turn_open = self.turn_answered = self.interrupted = False
+
+    def run(self) -> Cut:
+        self.transcript.parent.mkdir(parents=True, exist_ok=True)
+        self.claude.fire(self.base("SessionStart", source="startup", model=self.model))
+        compacting: str | None = None
+        for index, record in enumerate(self.records):
+            if record is None:
+                self.append(index)
+                continue
+            if compacting is not None:
+                summary = ""
+                if record.get("isCompactSummary"):
+                    self.append(index)
+                    summary = "\n".join(text_blocks(record["message"].get("content")))
+                    summary = summary.partition(SUMMARY_PREAMBLE)[2] or summary
+                self.compacted(compacting, summary)
+                compacting = None
+                if summary:
+                    continue
+            if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
+                trigger = str((record.get("compactMetadata") or {}).get("trigger") or "auto")
+                self.claude.fire(self.base("PreCompact", trigger=trigger, custom_instructions=""))
+                self.append(index)
+                compacting = trigger
+                continue
+            self.line(index, record)
+        if compacting is not None:
+            self.compacted(compacting, "")
+        if self.after_cut is None or prompt_of([self.after_cut], 0) is not None:
+            self.stop()  # the turn at the cut had ended: the next line is a new prompt
+        return Cut(
+            claude=self.claude,
+            session_id=self.session_id,
+            cwd=self.cwd,
+            version=self.version,
+            transcript=self.transcript,
+            last_uuid=self.last_uuid,
+            model=self.model,
+            branch=self.branch,
+        )
+
+    def compacted(self, trigger: str, summary: str) -> None:
+        self.claude.fire(self.base("SessionStart", source="compact", model=self.model))
+        if summary and version_of(self.version) >= POST_COMPACT_VERSION:
+            self.claude.fire(
+                self.base("PostCompact", trigger=trigger, compact_summary=summary.strip())
+            )
+
+    def copied(self, record: dict[str, Any]) -> bool:
+        """Whether the line re-writes an earlier one (a resumed session's history, written
+        again with new uuids and the old times): Claude Code fires nothing for those."""
+        stamp = record.get("timestamp")
+        if record.get("type") not in ("user", "assistant") or not isinstance(stamp, str):
+            return False
+        try:
+            at = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return False
+        copy = at < self.latest - COPY_SECONDS
+        self.latest = max(self.latest, at)
+        if copy and not self.copying:
+            # The session was resumed: the process before ended, a new one starts.
+            self.stop()
+            self.claude.fire(self.base("SessionEnd", reason="prompt_input_exit"))
+            self.claude.fire(self.base("SessionStart", source="resume", model=self.model))
+        self.copying = copy
+        return copy
+
+    def line(self, index: int, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        prompt = prompt_of(self.records, index)
+        if self.copied(record):
+            self.append(index)
+            if prompt is not None:
+                self.prompts.append(prompt)
+                self.conversation.append(f"User: {prompt}")
+            elif kind == "assistant" and isinstance(record.get("message"), dict):
+                self.conversation.extend(conversation_of(record))
+            return
+        if prompt is not None:
+            self.stop()
+            promptid = record.get("promptId")
+            self.prompt_id = promptid if isinstance(promptid, str) else ""
+            self.claude.fire(self.base("UserPromptSubmit", **self.turn_fields(), prompt=prompt))
+            self.append(index)
+            self.prompts.append(prompt)
+            self.conversation.append(f"User: {prompt}")
+            self.turn_open = True
+            return
+        if kind == "assistant" and isinstance(record.get("message"), dict):
+            self.append(index)
+            self.assistant(record)
+            return
+        if kind == "user" and tool_results(record):
+            self.results(record)
+            self.append(index)
+            return
+        if kind == "user" and is_main(record):
+            text = "".join(text_blocks((record.get("message") or {}).get("content"))).lstrip()
+            if text.startswith("[Request interrupted"):
+                self.interrupted = True
+        self.append(index)
+
+    def assistant(self, record: dict[str, Any]) -> None:
+        message = record["message"]
+        if message.get("model") == SYNTHETIC_MODEL:
+            return
+        main = is_main(record)
+        self.conversation.extend(conversation_of(record))
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and main and str(block.get("text", "")).strip():
+                self.last_message = str(block["text"]).strip()
+                self.turn_answered = True
+            elif block.get("type") == "tool_use":
+                name, tool_input = str(block.get("name")), block.get("input")
+                tool_input = tool_input if isinstance(tool_input, dict) else {}
+                extra: dict[str, Any] = {}
+                if not main and isinstance(record.get("agentId"), str):
+                    extra["agent_id"] = record["agentId"]
+                self.tool_uses[str(block.get("id"))] = (name, tool_input, extra)
+                self.tasks.tool_use(name, block.get("id"), tool_input)
+                self.turn_answered = self.turn_answered or main
+                self.claude.fire(
+                    self.base(
+                        "PreToolUse",
+                        **self.turn_fields(),
+                        **extra,
+                        tool_name=name,
+                        tool_input=tool_input,
+                        tool_use_id=block.get("id"),
+                    )
+                )
+
+    def results(self, record: dict[str, Any]) -> None:
+        blocks = tool_results(record)
+        result = record.get("toolUseResult")
+        for block in blocks:
+            found = self.tool_uses.pop(str(block.get("tool_use_id")), None)
+            if found is None:
+                continue
+            name, tool_input, extra = found
+            if self.tasks.tool_result(block, result) or name == "TaskUpdate":
+                self.task_files()
+            if block.get("is_error") is True:
+                continue  # a failed call fires no PostToolUse
+            response = result if len(blocks) == 1 else {}
+            self.claude.fire(
+                self.base(
+                    "PostToolUse",
+                    **self.turn_fields(),
+                    **extra,
+                    tool_name=name,
+                    tool_input=tool_input,
+                    tool_response=response if response is not None else {},
+                    tool_use_id=block.get("tool_use_id"),
+                )
+            )
+
+    def task_files(self) -> None:
+        """The task list as Claude Code keeps it on disk, one file per task."""
+        name = re.sub(r"[^A-Za-z0-9_-]", "-", self.session_id)
+        folder = self.claude.home / ".claude" / "tasks" / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        for task_id, (subject, status, active, description) in self.tasks.tasks.items():
+            if not subject:
+                continue
+            (folder / f"{task_id}.json").write_text(
+                json.dumps(
+                    {
+                        "id": task_id,
+                        "subject": subject,
+                        "description": description,
+                        "activeForm": active,
+                        "status": status,
+                        "blocks": [],
+                        "blockedBy": [],
+                    }
+                )
+            )
+
+
+@dataclass
+class Contexts:
+    """What one replay gave the model at each point that counts, and how it went."""
+
+    after_compaction: str = ""
+    continue_prompt: str = ""
+    new_after: str = ""
+    new_after_dead: str = ""
+    compaction_hooks: list[HookRun] = field(default_factory=list)
+    dead_hooks: list[HookRun] = field(default_factory=list)
+    compaction_seconds: float = 0.0
+    dead_seconds: float = 0.0
+    prompts: list[str] = field(default_factory=list)
+    conversation: list[str] = field(default_factory=list)
+
+    @property
+    def exactly_once(self) -> bool:
+        return (self.after_compaction + "\n" + self.continue_prompt).count(HEADER) == 1
+
+
+def boundary(cut: Cut, walk: Walk) -> dict[str, Any]:
+    """The ``compact_boundary`` line Claude Code writes when it compacts."""
+    return {
+        "parentUuid": None,
+        "logicalParentUuid": cut.last_uuid or None,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": cut.cwd,
+        "sessionId": cut.session_id,
+        "version": cut.version,
+        "gitBranch": cut.branch,
+        "type": "system",
+        "subtype": "compact_boundary",
+        "content": "Conversation compacted",
+        "isMeta": False,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+        "uuid": str(uuid.uuid4()),
+        "level": "info",
+        "compactMetadata": {"trigger": "auto", "preTokens": 0},
+    }
+
+
+def continue_line(cut: Cut, prompt_id: str) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "parentUuid": None,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": cut.cwd,
+        "sessionId": cut.session_id,
+        "version": cut.version,
+        "gitBranch": cut.branch,
+        "type": "user",
+        "message": {"role": "user", "content": "continue"},
+        "uuid": str(uuid.uuid4()),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+    }
+    if prompt_id:
+        record["promptId"] = prompt_id
+    return record
+
+
+def new_session_start(cut: Cut) -> str:
+    """A new session (a new id) starting in the same project: its SessionStart's context."""
+    session_id = str(uuid.uuid4())
+    transcript = cut.transcript.with_name(f"{session_id}.jsonl")
+    payload = {
+        "session_id": session_id,
+        "transcript_path": str(transcript),
+        "cwd": cut.cwd,
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    if cut.model:
+        payload["model"] = cut.model
+    return cut.claude.fire(payload)
+
+
+def replay(
+    raw: list[str],
+    *,
+    after_cut: str | None,
+    url: str,
+    tokens: tuple[str, str],
+    workdir: Path | None = None,
+) -> Contexts:
+    """The two scenarios of one transcript (its lines up to the cut, ``raw``; the line after
+    the cut, to know whether the turn there had ended), each in a HOME of its own for an
+    owner of its own (``tokens``): compaction at the cut, then a new session after it; and a
+    session that dies at the cut, then a new session at once."""
+    following: dict[str, Any] | None = None
+    if after_cut is not None:
+        try:
+            loaded = json.loads(after_cut)
+        except ValueError:
+            loaded = None
+        following = loaded if isinstance(loaded, dict) else {}
+    contexts = Contexts()
+    base = Path(tempfile.mkdtemp(prefix="signet-replay-", dir=workdir))
+    try:
+        # Compaction at the cut.
+        began = time.perf_counter()
+        home = base / "compaction"
+        home.mkdir()
+        walk = Walk(raw, claude=Claude(home=home, token=tokens[0], url=url), after_cut=following)
+        cut = walk.run()
+        contexts.prompts = walk.prompts
+        contexts.conversation = walk.conversation
+        cut.claude.fire(walk.base("PreCompact", trigger="auto", custom_instructions=""))
+        walk.write_line(boundary(cut, walk))
+        contexts.after_compaction = cut.claude.fire(
+            walk.base("SessionStart", source="compact", model=cut.model)
+        )
+        prompt_id = str(uuid.uuid4()) if version_of(cut.version) >= PROMPT_ID_VERSION else ""
+        walk.prompt_id = prompt_id
+        contexts.continue_prompt = cut.claude.fire(
+            walk.base("UserPromptSubmit", **walk.turn_fields(), prompt="continue")
+        )
+        walk.write_line(continue_line(cut, prompt_id))
+        cut.claude.fire(walk.base("SessionEnd", reason="prompt_input_exit"))
+        contexts.new_after = new_session_start(cut)
+        contexts.compaction_hooks = cut.claude.runs
+        contexts.compaction_seconds = time.perf_counter() - began
+
+        # The process dies at the cut: no PreCompact, no SessionEnd; a new session at once.
+        began = time.perf_counter()
+        home = base / "dead"
+        home.mkdir()
+        walk = Walk(raw, claude=Claude(home=home, token=tokens[1], url=url), after_cut=following)
+        cut = walk.run()
+        contexts.new_after_dead = new_session_start(cut)
+        contexts.dead_hooks = cut.claude.runs
+        contexts.dead_seconds = time.perf_counter() - began
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return contexts
