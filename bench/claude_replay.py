@@ -236,7 +236,11 @@ def conversation_of(record: dict[str, Any]) -> list[str]:
 
 @dataclass
 class HookRun:
+    """One hook process: its event, what its matcher saw (source, trigger, reason or tool),
+    its wall time, the context it returned and its line on stderr ('' when it delivered)."""
+
     event: str
+    matched: str
     seconds: float
     context: str
     stderr: str
@@ -309,9 +313,9 @@ class Claude:
                     context = str(specific.get("additionalContext") or "")
         elif text:
             context = text  # plain stdout is context too, for SessionStart and prompts
-        self.runs.append(
-            HookRun(payload["hook_event_name"], time.perf_counter() - began, context, stderr)
-        )
+        event = payload["hook_event_name"]
+        matched = str(payload.get(MATCHED_FIELD.get(event, "tool_name"), ""))
+        self.runs.append(HookRun(event, matched, time.perf_counter() - began, context, stderr))
         return context
 
 
