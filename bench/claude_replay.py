@@ -22,8 +22,9 @@ What fires, from the lines:
 - PreToolUse for each ``tool_use`` (subagents' too), PostToolUse with the matching
   ``tool_result``'s ``toolUseResult`` unless the result is an error; Task calls also update
   the task files Claude Code keeps (``~/.claude/tasks/<session>/<id>.json``);
-- Stop at the end of each turn that has a response and was not interrupted, with
-  ``last_assistant_message`` (2.1 on);
+- Stop at the end of each turn (one begun by a prompt, or by a background task's notice)
+  that has a response and was not interrupted, with ``last_assistant_message`` (2.1 on);
+  at the cut only if the turn had ended there (the next conversation line starts one);
 - for a ``compact_boundary`` already in the transcript: PreCompact before it, SessionStart
   ``compact`` after it and its summary line, and PostCompact with that summary (2.1.76 on);
 - for a resumed session whose history was written into the file again (new uuids, the old
@@ -194,6 +195,33 @@ def prompt_of(records: list[dict[str, Any] | None], index: int) -> str | None:
     return prompt
 
 
+def starts_turn(record: dict[str, Any]) -> bool:
+    """A background task's notice: the agent takes a turn on it, with no prompt."""
+    if record.get("type") != "user" or not is_main(record) or tool_results(record):
+        return False
+    texts = text_blocks((record.get("message") or {}).get("content"))
+    return "".join(texts).lstrip().startswith("<task-notification>")
+
+
+def turn_ended(following: list[str]) -> bool:
+    """Whether the turn under way at the cut had ended, from the lines after it: the next
+    conversation line starts a turn (a prompt, a notice), or there is none."""
+    records: list[dict[str, Any] | None] = []
+    for line in following:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        records.append(record if isinstance(record, dict) else None)
+    for index, record in enumerate(records):
+        if record is None or record.get("type") not in ("user", "assistant"):
+            continue
+        if not is_main(record) or record.get("isMeta"):
+            continue
+        return prompt_of(records, index) is not None or starts_turn(record)
+    return True
+
+
 def slug_of(cwd: str) -> str:
     """Claude Code's folder name for a project: every character but letters and digits as -."""
     return re.sub(r"[^A-Za-z0-9]", "-", cwd)
@@ -336,7 +364,7 @@ class Cut:
 class Walk:
     """Lines 1..cut of a transcript fired into one HOME."""
 
-    def __init__(self, raw: list[str], *, claude: Claude, after_cut: dict[str, Any] | None) -> None:
+    def __init__(self, raw: list[str], *, claude: Claude, turn_ended: bool) -> None:
         self.raw = raw
         self.records: list[dict[str, Any] | None] = []
         for line in raw:
@@ -346,7 +374,7 @@ class Walk:
                 record = None
             self.records.append(record if isinstance(record, dict) else None)
         self.claude = claude
-        self.after_cut = after_cut
+        self.turn_ended = turn_ended
         conversation = [r for r in self.records if r and r.get("sessionId") and r.get("cwd")]
         if not conversation:
             raise ValueError("no conversation line with a sessionId and a cwd before the cut")
@@ -448,8 +476,8 @@ class Walk:
             self.line(index, record)
         if compacting is not None:
             self.compacted(compacting, "")
-        if self.after_cut is None or prompt_of([self.after_cut], 0) is not None:
-            self.stop()  # the turn at the cut had ended: the next line is a new prompt
+        if self.turn_ended:
+            self.stop()
         return Cut(
             claude=self.claude,
             session_id=self.session_id,
@@ -503,6 +531,7 @@ class Walk:
             self.stop()
             promptid = record.get("promptId")
             self.prompt_id = promptid if isinstance(promptid, str) else ""
+            self.last_message = ""
             self.claude.fire(self.base("UserPromptSubmit", **self.turn_fields(), prompt=prompt))
             self.append(index)
             self.prompts.append(prompt)
@@ -517,7 +546,12 @@ class Walk:
             self.results(record)
             self.append(index)
             return
-        if kind == "user" and is_main(record):
+        if starts_turn(record):
+            self.stop()
+            self.prompt_id = ""
+            self.last_message = ""
+            self.turn_open = True
+        elif kind == "user" and is_main(record):
             text = "".join(text_blocks((record.get("message") or {}).get("content"))).lstrip()
             if text.startswith("[Request interrupted"):
                 self.interrupted = True
@@ -685,22 +719,15 @@ def new_session_start(cut: Cut) -> str:
 def replay(
     raw: list[str],
     *,
-    after_cut: str | None,
+    turn_ended: bool,
     url: str,
     tokens: tuple[str, str],
     workdir: Path | None = None,
 ) -> Contexts:
-    """The two scenarios of one transcript (its lines up to the cut, ``raw``; the line after
-    the cut, to know whether the turn there had ended), each in a HOME of its own for an
+    """The two scenarios of one transcript (its lines up to the cut, ``raw``; whether the
+    turn under way there had ended, ``turn_ended``), each in a HOME of its own for an
     owner of its own (``tokens``): compaction at the cut, then a new session after it; and a
     session that dies at the cut, then a new session at once."""
-    following: dict[str, Any] | None = None
-    if after_cut is not None:
-        try:
-            loaded = json.loads(after_cut)
-        except ValueError:
-            loaded = None
-        following = loaded if isinstance(loaded, dict) else {}
     contexts = Contexts()
     base = Path(tempfile.mkdtemp(prefix="signet-replay-", dir=workdir))
     try:
@@ -708,7 +735,7 @@ def replay(
         began = time.perf_counter()
         home = base / "compaction"
         home.mkdir()
-        walk = Walk(raw, claude=Claude(home=home, token=tokens[0], url=url), after_cut=following)
+        walk = Walk(raw, claude=Claude(home=home, token=tokens[0], url=url), turn_ended=turn_ended)
         cut = walk.run()
         contexts.prompts = walk.prompts
         contexts.conversation = walk.conversation
@@ -732,7 +759,7 @@ def replay(
         began = time.perf_counter()
         home = base / "dead"
         home.mkdir()
-        walk = Walk(raw, claude=Claude(home=home, token=tokens[1], url=url), after_cut=following)
+        walk = Walk(raw, claude=Claude(home=home, token=tokens[1], url=url), turn_ended=turn_ended)
         cut = walk.run()
         contexts.new_after_dead = new_session_start(cut)
         contexts.dead_hooks = cut.claude.runs

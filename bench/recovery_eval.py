@@ -38,16 +38,19 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.claude_replay import Contexts, replay  # noqa: E402
+from bench.claude_replay import Contexts, replay, turn_ended  # noqa: E402
 
 SESSIONS = PROJECT / "bench" / "recovery" / "sessions"
 RAW_URL = "https://raw.githubusercontent.com/{repository}/{commit}/{path}"
 TAIL_CHARS = 2000
+# Lines after the cut read to tell whether the turn there had ended (none of their content
+# reaches the replay).
+LOOKAHEAD_LINES = 200
 COLUMNS = (
     ("after_compaction", "after compaction"),
     ("new_after", "new session after it"),
@@ -156,7 +159,7 @@ def evaluate(
     began = time.perf_counter()
     contexts = replay(
         lines[:cut],
-        after_cut=lines[cut] if cut < len(lines) else None,
+        turn_ended=turn_ended(lines[cut : cut + LOOKAHEAD_LINES]),
         url=url,
         tokens=tokens,
     )
@@ -236,10 +239,16 @@ def main(argv: list[str] | None = None) -> int:
 
     runnable: list[tuple[str, dict[str, Any], list[str]]] = []
     for name, session in sessions_chosen(args.sessions, args.session):
+        if session.get("harness", "claude-code") != "claude-code":
+            print(f"skipped {name}: only Claude Code sessions are replayed", file=sys.stderr)
+            continue
         try:
             lines = transcript_lines(session)
         except ValueError as exc:
             print(f"skipped {name}: {exc}", file=sys.stderr)
+            continue
+        if not 0 < int(session["cut_line"]) <= len(lines):
+            print(f"skipped {name}: cut_line is not one of its {len(lines)} lines", file=sys.stderr)
             continue
         runnable.append((name, session, lines))
     if not runnable:
@@ -266,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in result.queued():
                 print(f"  hook said: {line}", file=sys.stderr)
             if args.show:
-                show(result)
+                show(result, sys.stderr if args.json else sys.stdout)
     finally:
         service.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -277,16 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def show(result: Result) -> None:
+def show(result: Result, out: TextIO) -> None:
+    """Each context of ``result`` and the facts it missed."""
     for column, title in COLUMNS:
-        print(f"\n===== {result.name}: {title} ({len(result.texts[column])} chars)")
-        print(result.texts[column] or "(nothing)")
+        print(f"\n===== {result.name}: {title} ({len(result.texts[column])} chars)", file=out)
+        print(result.texts[column] or "(nothing)", file=out)
         for fact, hit in zip(result.facts, result.hits[column], strict=True):
             if not hit:
-                print(f"  MISSED: {fact['fact']}")
+                print(f"  MISSED ({fact['kind']}): {fact['fact']}", file=out)
     if result.contexts.continue_prompt:
-        print(f"\n===== {result.name}: the prompt after the compaction injected")
-        print(result.contexts.continue_prompt)
+        print(f"\n===== {result.name}: the prompt after the compaction injected", file=out)
+        print(result.contexts.continue_prompt, file=out)
 
 
 if __name__ == "__main__":
