@@ -85,6 +85,7 @@ COMMAND = re.compile(r"<command-name>\s*/?(?P<name>[^<]*?)\s*</command-name>")
 COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.S)
 SYNTHETIC_MODEL = "<synthetic>"
 SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
+SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 PROMPT_ID_VERSION = (2, 1, 196)
 LAST_MESSAGE_VERSION = (2, 1, 0)
 POST_COMPACT_VERSION = (2, 1, 76)
@@ -193,6 +194,14 @@ def prompt_of(records: list[dict[str, Any] | None], index: int) -> str | None:
     if prompt.split()[0] in ("/compact", "/clear") or answered_locally(records, index):
         return None  # the harness's own: a compaction, a new session, a local answer
     return prompt
+
+
+def summary_of(record: dict[str, Any]) -> str:
+    """A compaction summary line's summary, as PostCompact's ``compact_summary`` holds it:
+    without the words Claude Code writes around it in the transcript."""
+    text = "\n".join(text_blocks((record.get("message") or {}).get("content")))
+    text = text.partition(SUMMARY_PREAMBLE)[2] or text
+    return text.partition(SUMMARY_TRAILER)[0].strip()
 
 
 def starts_turn(record: dict[str, Any]) -> bool:
@@ -455,18 +464,14 @@ class Walk:
         compacting: str | None = None
         for index, record in enumerate(self.records):
             if record is None:
-                self.append(index)
-                continue
+                continue  # not a line Claude Code writes (a comment someone added)
             if compacting is not None:
-                summary = ""
+                trigger, compacting = compacting, None
                 if record.get("isCompactSummary"):
                     self.append(index)
-                    summary = "\n".join(text_blocks(record["message"].get("content")))
-                    summary = summary.partition(SUMMARY_PREAMBLE)[2] or summary
-                self.compacted(compacting, summary)
-                compacting = None
-                if summary:
+                    self.compacted(trigger, summary_of(record))
                     continue
+                self.compacted(trigger, "")
             if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
                 trigger = str((record.get("compactMetadata") or {}).get("trigger") or "auto")
                 self.claude.fire(self.base("PreCompact", trigger=trigger, custom_instructions=""))
@@ -492,9 +497,7 @@ class Walk:
     def compacted(self, trigger: str, summary: str) -> None:
         self.claude.fire(self.base("SessionStart", source="compact", model=self.model))
         if summary and version_of(self.version) >= POST_COMPACT_VERSION:
-            self.claude.fire(
-                self.base("PostCompact", trigger=trigger, compact_summary=summary.strip())
-            )
+            self.claude.fire(self.base("PostCompact", trigger=trigger, compact_summary=summary))
 
     def copied(self, record: dict[str, Any]) -> bool:
         """Whether the line re-writes an earlier one (a resumed session's history, written

@@ -72,6 +72,17 @@ class Transcript:
             }
             self._add({"type": "assistant", "message": message, "requestId": f"req_{self.number}"})
 
+    def compaction(self, summary: str) -> None:
+        """An automatic compaction: its boundary, then the summary Claude Code writes."""
+        metadata = {"trigger": "auto", "preTokens": 160_000}
+        self._add({"type": "system", "subtype": "compact_boundary", "compactMetadata": metadata})
+        words = (
+            "This session is being continued from a previous conversation that ran out of "
+            "context. The summary below covers the earlier portion of the conversation.\n\n"
+        )
+        message = {"role": "user", "content": words + summary}
+        self._add({"type": "user", "message": message, "isCompactSummary": True})
+
     def result(self, tool_id: str, content: str, tool_result: Any, *, error: bool = False) -> None:
         block: dict[str, Any] = {"tool_use_id": tool_id, "type": "tool_result", "content": content}
         if error:
@@ -92,8 +103,9 @@ GOAL = "Add a VAT breakdown to the invoice totals; keep amounts in integer cents
 
 
 def session_transcript() -> list[str]:
-    """Four prompts (one a slash command, one with the IDE's file block), a to-do list, a
-    write, a failed edit and its retry, a background notice and a local command."""
+    """Three prompts (one a slash command, one with the IDE's file block), a to-do list, a
+    write, a failed edit and its retry, a background notice, a compaction and a local
+    command."""
     vat = f"{CWD}/invoices/vat.py"
     pdf = f"{CWD}/invoices/pdf.py"
     t = Transcript()
@@ -113,6 +125,7 @@ def session_transcript() -> list[str]:
     )
     t.say(text("vat.py holds the rates in cents."))
     t.harness("<task-notification>\n<status>completed</status>\n</task-notification>")
+    t.compaction("Primary Request and Intent: a VAT breakdown on the invoice totals.")
     t.prompt(
         [
             text("<ide_opened_file>The user opened the file invoices/pdf.py</ide_opened_file>"),
@@ -175,6 +188,9 @@ def test_a_small_real_shaped_session_is_replayed_and_scored(service):
         ("UserPromptSubmit", ""),
         ("PostToolUse", "Write"),  # no TodoWrite (not matched), no failed Edit
         ("Stop", ""),
+        ("PreCompact", "auto"),  # the compaction the transcript holds
+        ("SessionStart", "compact"),
+        ("PostCompact", "auto"),
         ("UserPromptSubmit", ""),
         ("PostToolUse", "Edit"),
         ("Stop", ""),
