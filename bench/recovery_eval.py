@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -130,6 +131,13 @@ class Result:
     def hooks(self) -> int:
         return len(self.contexts.compaction_hooks) + len(self.contexts.dead_hooks)
 
+    def hook_ms(self) -> dict[str, float]:
+        """The median wall time of each event's hook process, in ms."""
+        times: dict[str, list[float]] = {}
+        for run in self.contexts.compaction_hooks + self.contexts.dead_hooks:
+            times.setdefault(run.event, []).append(run.seconds * 1000)
+        return {event: round(statistics.median(found), 1) for event, found in times.items()}
+
     def queued(self) -> list[str]:
         """The hook runs that did not deliver their event (the client's one line on stderr)."""
         runs = self.contexts.compaction_hooks + self.contexts.dead_hooks
@@ -146,6 +154,7 @@ class Result:
             "exactly_once": self.contexts.exactly_once,
             "seconds": round(self.seconds, 2),
             "hooks": self.hooks(),
+            "hook_ms_median": self.hook_ms(),
             "hook_errors": self.queued(),
             "contexts": self.texts,
         }
@@ -272,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result.contexts.dead_seconds:.1f} s dead)",
                 file=sys.stderr,
             )
+            medians = ", ".join(f"{event} {ms:.0f}" for event, ms in result.hook_ms().items())
+            print(f"  median ms per hook: {medians}", file=sys.stderr)
             for line in result.queued():
                 print(f"  hook said: {line}", file=sys.stderr)
             if args.show:
