@@ -48,7 +48,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ HARNESS_PREFIXES = (
     "<bash-stdout>",
     "<bash-stderr>",
     "<user-memory-input>",
+    "Unknown slash command:",
     "This session is being continued from a previous conversation",
 )
 # Blocks Claude Code adds to the typed text's line (IDE state, reminders): not typed.
@@ -283,6 +284,38 @@ class HookRun:
     stderr: str
 
 
+class ServiceClock:
+    """The service's clock (``django.utils.timezone.now`` in this process, as the suite's
+    ``clock`` fixture sets it), held at each event's time in the transcript: the periodic
+    checkpoints' intervals and debounce, the ages a context states and the times the hook
+    client sends with what it reads from the transcript then agree, and run at the
+    session's own pace, not the replay's (seconds for hours of work). Each walk starts at
+    its transcript's beginning again, for an owner of its own."""
+
+    def __init__(self) -> None:
+        self.at: datetime | None = None
+
+    def __call__(self) -> datetime:
+        return self.at or datetime.now(UTC)
+
+    def install(self) -> None:
+        from django.utils import timezone
+
+        timezone.now = self
+
+
+def stamp_of(record: dict[str, Any]) -> datetime | None:
+    """A transcript line's time, or None."""
+    stamp = record.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 @dataclass
 class Claude:
     """One HOME with the hooks installed, firing events as Claude Code does."""
@@ -290,6 +323,7 @@ class Claude:
     home: Path
     token: str
     url: str
+    clock: ServiceClock | None = None
     runs: list[HookRun] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -307,9 +341,12 @@ class Claude:
             "CLAUDECODE": "1",
         }
 
-    def fire(self, payload: dict[str, Any]) -> str:
-        """Run every command hook settings.json holds for the payload's event and matcher;
-        the additionalContext they returned, joined ('' for none)."""
+    def fire(self, payload: dict[str, Any], at: datetime | None = None) -> str:
+        """Run every command hook settings.json holds for the payload's event and matcher,
+        the service's clock at ``at``; the additionalContext they returned, joined ('' for
+        none)."""
+        if self.clock is not None and at is not None:
+            self.clock.at = at
         event = payload["hook_event_name"]
         value = str(payload.get(MATCHED_FIELD.get(event, "tool_name"), ""))
         contexts = []
@@ -356,20 +393,6 @@ class Claude:
         return context
 
 
-@dataclass
-class Cut:
-    """What the walk leaves for the scenario at the cut."""
-
-    claude: Claude
-    session_id: str
-    cwd: str
-    version: str
-    transcript: Path
-    last_uuid: str
-    model: str
-    branch: str
-
-
 class Walk:
     """Lines 1..cut of a transcript fired into one HOME."""
 
@@ -413,9 +436,22 @@ class Walk:
         self.last_uuid = ""
         self.branch = ""
         self.latest = float("-inf")  # the latest line's time so far (Unix seconds)
+        stamps = [at for r in self.records if r is not None and (at := stamp_of(r))]
+        first = min(stamps) if stamps else datetime.now(UTC)
+        self.moment = first - timedelta(seconds=1)  # the transcript's time now
         self.copying = False
         self.prompts: list[str] = []
         self.conversation: list[str] = []  # the naive baseline's text, in order
+
+    def fire(self, payload: dict[str, Any], *, later: float = 0.0) -> str:
+        """Fire the event at the transcript's time now (``later`` seconds after it)."""
+        return self.claude.fire(payload, at=self.moment + timedelta(seconds=later))
+
+    def advance(self, record: dict[str, Any]) -> None:
+        """The transcript's time moves to the line's (never back: copies keep old times)."""
+        at = stamp_of(record)
+        if at is not None and at > self.moment:
+            self.moment = at
 
     def base(self, event: str, **fields: Any) -> dict[str, Any]:
         return {
@@ -455,16 +491,17 @@ class Walk:
             fields["stop_hook_active"] = False
             if version_of(self.version) >= LAST_MESSAGE_VERSION:
                 fields["last_assistant_message"] = self.last_message
-            self.claude.fire(self.base("Stop", **fields))
+            self.fire(self.base("Stop", **fields))
         self.turn_open = self.turn_answered = self.interrupted = False
 
-    def run(self) -> Cut:
+    def run(self) -> None:
         self.transcript.parent.mkdir(parents=True, exist_ok=True)
-        self.claude.fire(self.base("SessionStart", source="startup", model=self.model))
+        self.fire(self.base("SessionStart", source="startup", model=self.model))
         compacting: str | None = None
         for index, record in enumerate(self.records):
             if record is None:
                 continue  # not a line Claude Code writes (a comment someone added)
+            self.advance(record)
             if compacting is not None:
                 trigger, compacting = compacting, None
                 if record.get("isCompactSummary"):
@@ -474,7 +511,7 @@ class Walk:
                 self.compacted(trigger, "")
             if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
                 trigger = str((record.get("compactMetadata") or {}).get("trigger") or "auto")
-                self.claude.fire(self.base("PreCompact", trigger=trigger, custom_instructions=""))
+                self.fire(self.base("PreCompact", trigger=trigger, custom_instructions=""))
                 self.append(index)
                 compacting = trigger
                 continue
@@ -483,21 +520,11 @@ class Walk:
             self.compacted(compacting, "")
         if self.turn_ended:
             self.stop()
-        return Cut(
-            claude=self.claude,
-            session_id=self.session_id,
-            cwd=self.cwd,
-            version=self.version,
-            transcript=self.transcript,
-            last_uuid=self.last_uuid,
-            model=self.model,
-            branch=self.branch,
-        )
 
     def compacted(self, trigger: str, summary: str) -> None:
-        self.claude.fire(self.base("SessionStart", source="compact", model=self.model))
+        self.fire(self.base("SessionStart", source="compact", model=self.model))
         if summary and version_of(self.version) >= POST_COMPACT_VERSION:
-            self.claude.fire(self.base("PostCompact", trigger=trigger, compact_summary=summary))
+            self.fire(self.base("PostCompact", trigger=trigger, compact_summary=summary))
 
     def copied(self, record: dict[str, Any]) -> bool:
         """Whether the line re-writes an earlier one (a resumed session's history, written
@@ -514,8 +541,8 @@ class Walk:
         if copy and not self.copying:
             # The session was resumed: the process before ended, a new one starts.
             self.stop()
-            self.claude.fire(self.base("SessionEnd", reason="prompt_input_exit"))
-            self.claude.fire(self.base("SessionStart", source="resume", model=self.model))
+            self.fire(self.base("SessionEnd", reason="prompt_input_exit"))
+            self.fire(self.base("SessionStart", source="resume", model=self.model))
         self.copying = copy
         return copy
 
@@ -535,7 +562,7 @@ class Walk:
             promptid = record.get("promptId")
             self.prompt_id = promptid if isinstance(promptid, str) else ""
             self.last_message = ""
-            self.claude.fire(self.base("UserPromptSubmit", **self.turn_fields(), prompt=prompt))
+            self.fire(self.base("UserPromptSubmit", **self.turn_fields(), prompt=prompt))
             self.append(index)
             self.prompts.append(prompt)
             self.conversation.append(f"User: {prompt}")
@@ -582,7 +609,7 @@ class Walk:
                 self.tool_uses[str(block.get("id"))] = (name, tool_input, extra)
                 self.tasks.tool_use(name, block.get("id"), tool_input)
                 self.turn_answered = self.turn_answered or main
-                self.claude.fire(
+                self.fire(
                     self.base(
                         "PreToolUse",
                         **self.turn_fields(),
@@ -606,7 +633,7 @@ class Walk:
             if block.get("is_error") is True:
                 continue  # a failed call fires no PostToolUse
             response = result if len(blocks) == 1 else {}
-            self.claude.fire(
+            self.fire(
                 self.base(
                     "PostToolUse",
                     **self.turn_fields(),
@@ -662,61 +689,49 @@ class Contexts:
         return (self.after_compaction + "\n" + self.continue_prompt).count(HEADER) == 1
 
 
-def boundary(cut: Cut, walk: Walk) -> dict[str, Any]:
-    """The ``compact_boundary`` line Claude Code writes when it compacts."""
+def transcript_line(walk: Walk, later: float, **fields: Any) -> dict[str, Any]:
+    """A line Claude Code writes into the session's transcript, ``later`` seconds after the
+    transcript's time now."""
+    at = walk.moment + timedelta(seconds=later)
     return {
         "parentUuid": None,
-        "logicalParentUuid": cut.last_uuid or None,
         "isSidechain": False,
         "userType": "external",
-        "cwd": cut.cwd,
-        "sessionId": cut.session_id,
-        "version": cut.version,
-        "gitBranch": cut.branch,
-        "type": "system",
-        "subtype": "compact_boundary",
-        "content": "Conversation compacted",
-        "isMeta": False,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+        "cwd": walk.cwd,
+        "sessionId": walk.session_id,
+        "version": walk.version,
+        "gitBranch": walk.branch,
+        **fields,
         "uuid": str(uuid.uuid4()),
-        "level": "info",
-        "compactMetadata": {"trigger": "auto", "preTokens": 0},
+        "timestamp": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }
 
 
-def continue_line(cut: Cut, prompt_id: str) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "parentUuid": None,
-        "isSidechain": False,
-        "userType": "external",
-        "cwd": cut.cwd,
-        "sessionId": cut.session_id,
-        "version": cut.version,
-        "gitBranch": cut.branch,
-        "type": "user",
-        "message": {"role": "user", "content": "continue"},
-        "uuid": str(uuid.uuid4()),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
-    }
-    if prompt_id:
-        record["promptId"] = prompt_id
-    return record
-
-
-def new_session_start(cut: Cut) -> str:
-    """A new session (a new id) starting in the same project: its SessionStart's context."""
+def new_session_start(walk: Walk, *, later: float) -> str:
+    """A new session (a new id) starting in the same project ``later`` seconds after the
+    transcript's time now: its SessionStart's context."""
     session_id = str(uuid.uuid4())
-    transcript = cut.transcript.with_name(f"{session_id}.jsonl")
     payload = {
         "session_id": session_id,
-        "transcript_path": str(transcript),
-        "cwd": cut.cwd,
+        "transcript_path": str(walk.transcript.with_name(f"{session_id}.jsonl")),
+        "cwd": walk.cwd,
         "hook_event_name": "SessionStart",
         "source": "startup",
     }
-    if cut.model:
-        payload["model"] = cut.model
-    return cut.claude.fire(payload)
+    if walk.model:
+        payload["model"] = walk.model
+    return walk.fire(payload, later=later)
+
+
+# When the cut's events come, in seconds after its last line: an automatic compaction (its
+# summary takes the model most of a minute), the next prompt, the end, the next session.
+PRE_COMPACT_AFTER = 1.0
+COMPACTED_AFTER = 45.0
+CONTINUE_AFTER = 60.0
+END_AFTER = 120.0
+NEXT_SESSION_AFTER = 130.0
+# ...and after a session that died there, the next one (started at once).
+RESTART_AFTER = 5.0
 
 
 def replay(
@@ -725,12 +740,14 @@ def replay(
     turn_ended: bool,
     url: str,
     tokens: tuple[str, str],
+    clock: ServiceClock | None = None,
     workdir: Path | None = None,
 ) -> Contexts:
     """The two scenarios of one transcript (its lines up to the cut, ``raw``; whether the
     turn under way there had ended, ``turn_ended``), each in a HOME of its own for an
     owner of its own (``tokens``): compaction at the cut, then a new session after it; and a
-    session that dies at the cut, then a new session at once."""
+    session that dies at the cut, then a new session at once. With ``clock`` (installed as
+    the service's), each event comes at its time in the transcript."""
     contexts = Contexts()
     base = Path(tempfile.mkdtemp(prefix="signet-replay-", dir=workdir))
     try:
@@ -738,34 +755,52 @@ def replay(
         began = time.perf_counter()
         home = base / "compaction"
         home.mkdir()
-        walk = Walk(raw, claude=Claude(home=home, token=tokens[0], url=url), turn_ended=turn_ended)
-        cut = walk.run()
+        claude = Claude(home=home, token=tokens[0], url=url, clock=clock)
+        walk = Walk(raw, claude=claude, turn_ended=turn_ended)
+        walk.run()
         contexts.prompts = walk.prompts
         contexts.conversation = walk.conversation
-        cut.claude.fire(walk.base("PreCompact", trigger="auto", custom_instructions=""))
-        walk.write_line(boundary(cut, walk))
-        contexts.after_compaction = cut.claude.fire(
-            walk.base("SessionStart", source="compact", model=cut.model)
+        precompact = walk.base("PreCompact", trigger="auto", custom_instructions="")
+        walk.fire(precompact, later=PRE_COMPACT_AFTER)
+        metadata = {"trigger": "auto", "preTokens": 0}
+        walk.write_line(
+            transcript_line(
+                walk,
+                COMPACTED_AFTER,
+                logicalParentUuid=walk.last_uuid or None,
+                type="system",
+                subtype="compact_boundary",
+                content="Conversation compacted",
+                isMeta=False,
+                level="info",
+                compactMetadata=metadata,
+            )
         )
-        prompt_id = str(uuid.uuid4()) if version_of(cut.version) >= PROMPT_ID_VERSION else ""
+        compacted = walk.base("SessionStart", source="compact", model=walk.model)
+        contexts.after_compaction = walk.fire(compacted, later=COMPACTED_AFTER)
+        prompt_id = str(uuid.uuid4()) if version_of(walk.version) >= PROMPT_ID_VERSION else ""
         walk.prompt_id = prompt_id
-        contexts.continue_prompt = cut.claude.fire(
-            walk.base("UserPromptSubmit", **walk.turn_fields(), prompt="continue")
+        prompt = walk.base("UserPromptSubmit", **walk.turn_fields(), prompt="continue")
+        contexts.continue_prompt = walk.fire(prompt, later=CONTINUE_AFTER)
+        message = {"role": "user", "content": "continue"}
+        extra = {"promptId": prompt_id} if prompt_id else {}
+        walk.write_line(
+            transcript_line(walk, CONTINUE_AFTER, type="user", message=message, **extra)
         )
-        walk.write_line(continue_line(cut, prompt_id))
-        cut.claude.fire(walk.base("SessionEnd", reason="prompt_input_exit"))
-        contexts.new_after = new_session_start(cut)
-        contexts.compaction_hooks = cut.claude.runs
+        walk.fire(walk.base("SessionEnd", reason="prompt_input_exit"), later=END_AFTER)
+        contexts.new_after = new_session_start(walk, later=NEXT_SESSION_AFTER)
+        contexts.compaction_hooks = claude.runs
         contexts.compaction_seconds = time.perf_counter() - began
 
         # The process dies at the cut: no PreCompact, no SessionEnd; a new session at once.
         began = time.perf_counter()
         home = base / "dead"
         home.mkdir()
-        walk = Walk(raw, claude=Claude(home=home, token=tokens[1], url=url), turn_ended=turn_ended)
-        cut = walk.run()
-        contexts.new_after_dead = new_session_start(cut)
-        contexts.dead_hooks = cut.claude.runs
+        claude = Claude(home=home, token=tokens[1], url=url, clock=clock)
+        walk = Walk(raw, claude=claude, turn_ended=turn_ended)
+        walk.run()
+        contexts.new_after_dead = new_session_start(walk, later=RESTART_AFTER)
+        contexts.dead_hooks = claude.runs
         contexts.dead_seconds = time.perf_counter() - began
     finally:
         shutil.rmtree(base, ignore_errors=True)

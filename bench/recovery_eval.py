@@ -13,13 +13,15 @@ session whose transcript cannot be had is skipped, and the run says why.
 
 Its lines 1..cut_line are replayed through the installed hooks as Claude Code fires them
 (``bench/claude_replay.py``), against the service running in this process on a new SQLite
-database: compaction at the cut (the context SessionStart ``compact`` returns; whether the
+database, its clock held at each event's time in the transcript (``--wall-clock``: left
+alone): compaction at the cut (the context SessionStart ``compact`` returns; whether the
 prompt after it injected a second block), then a new session in the same project; and,
 for another owner, the session dying at the cut and a new session starting at once. Beside
 them, two baselines: the last 2,000 characters of the conversation as text (prompts,
 responses, tool calls with their inputs) and the last prompt.
 
     .venv/bin/python bench/recovery_eval.py [--session NAME ...] [--show] [--json]
+                                            [--sessions DIR] [--wall-clock]
 
 Prints a Markdown table per session and in total, the facts per kind, the contexts' sizes,
 exactly-once, and each session's replay time (one process per hook, as Claude Code runs it).
@@ -44,7 +46,7 @@ from typing import Any, TextIO
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.claude_replay import Contexts, replay, turn_ended  # noqa: E402
+from bench.claude_replay import Contexts, ServiceClock, replay, turn_ended  # noqa: E402
 
 SESSIONS = PROJECT / "bench" / "recovery" / "sessions"
 RAW_URL = "https://raw.githubusercontent.com/{repository}/{commit}/{path}"
@@ -161,9 +163,16 @@ class Result:
 
 
 def evaluate(
-    name: str, session: dict[str, Any], lines: list[str], *, url: str, tokens: tuple[str, str]
+    name: str,
+    session: dict[str, Any],
+    lines: list[str],
+    *,
+    url: str,
+    tokens: tuple[str, str],
+    clock: ServiceClock | None,
 ) -> Result:
-    """Replay one session to its cut and score what each point gave the model."""
+    """Replay one session to its cut and score what each point gave the model; ``clock``,
+    installed as the service's, gives each event its time in the transcript."""
     cut = int(session["cut_line"])
     began = time.perf_counter()
     contexts = replay(
@@ -171,6 +180,7 @@ def evaluate(
         turn_ended=turn_ended(lines[cut : cut + LOOKAHEAD_LINES]),
         url=url,
         tokens=tokens,
+        clock=clock,
     )
     seconds = time.perf_counter() - began
     conversation = "\n".join(contexts.conversation)
@@ -244,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", action="store_true", help="print each context")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--sessions", type=Path, default=SESSIONS, help="the sessions' folder")
+    parser.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="leave the service on the real clock (the session's hours pass in seconds)",
+    )
     args = parser.parse_args(argv)
 
     runnable: list[tuple[str, dict[str, Any], list[str]]] = []
@@ -268,12 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     from bench.wsgi_service import Service, django_start, owner_token
 
     django_start(data)
+    clock = None if args.wall_clock else ServiceClock()
+    if clock is not None:
+        clock.install()
     service = Service().start()
     results: list[Result] = []
     try:
         for number, (name, session, lines) in enumerate(runnable):
             tokens = (owner_token(f"compaction{number}"), owner_token(f"dead{number}"))
-            result = evaluate(name, session, lines, url=service.url, tokens=tokens)
+            result = evaluate(name, session, lines, url=service.url, tokens=tokens, clock=clock)
             results.append(result)
             print(
                 f"{name}: {result.seconds:.1f} s, {result.hooks()} hooks "

@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
-from bench.claude_replay import HEADER, prompt_of
+from bench.claude_replay import HEADER, ServiceClock, prompt_of
 from bench.recovery_eval import COLUMNS, TAIL_CHARS, carried, evaluate, table
 from bench.wsgi_service import Service, owner_token
 
@@ -173,12 +174,14 @@ def service(transactional_db: Any) -> Iterator[Service]:
 
 
 @pytest.mark.slow
-def test_a_small_real_shaped_session_is_replayed_and_scored(service):
+def test_a_small_real_shaped_session_is_replayed_and_scored(service, monkeypatch):
     lines = session_transcript()
     session = {"cut_line": len(lines), "facts": FACTS}
     tokens = (owner_token("compaction"), owner_token("dead"))
+    clock = ServiceClock()
+    monkeypatch.setattr(timezone, "now", clock)
 
-    result = evaluate("small", session, lines, url=service.url, tokens=tokens)
+    result = evaluate("small", session, lines, url=service.url, tokens=tokens, clock=clock)
 
     # The hooks Claude Code would have fired, in order, each delivered.
     contexts = result.contexts
@@ -209,6 +212,10 @@ def test_a_small_real_shaped_session_is_replayed_and_scored(service):
     assert dead == [*walk, ("SessionStart", "startup")]
     assert result.queued() == []
     assert contexts.prompts == [GOAL, "Now show the breakdown on the PDF", "/review invoices"]
+
+    # The service's clock followed the transcript: the cut's events came after its end.
+    assert clock.at is not None
+    assert clock.at > datetime.fromisoformat(json.loads(lines[-1])["timestamp"])
 
     # The contexts: one recovery block after the compaction, one for the next session.
     assert contexts.after_compaction.startswith(HEADER)
