@@ -61,6 +61,11 @@ COLUMNS = (
     ("tail", "last 2,000 chars"),
     ("last_prompt", "last prompt"),
 )
+# Issue #30's goals: the share of the facts a column carries.
+GOALS = (
+    ("after_compaction", "after compaction", 0.90),
+    ("new_after_dead", "new session after a dead one", 0.85),
+)
 KINDS = ("goal", "latest_request", "now", "modified_files", "decision", "next_step", "branch")
 
 
@@ -204,6 +209,27 @@ def summed(results: list[Result], column: str, kind: str | None = None) -> tuple
     return sum(hit for hit, _ in counts), sum(total for _, total in counts)
 
 
+def verdicts(results: list[Result]) -> list[str]:
+    """Issue #30's goals, each judged on these results."""
+    lines = []
+    for column, title, goal in GOALS:
+        hit, total = summed(results, column)
+        share = hit / total if total else 0.0
+        met = "met" if share >= goal else "NOT met"
+        judged = f"goal >= {100 * goal:.0f} %: {met}"
+        lines.append(f"- {title}: {100 * share:.0f} % of the facts ({judged})")
+    ahead = sum(r.count("after_compaction")[0] > r.count("tail")[0] for r in results)
+    met = "met" if ahead == len(results) else "NOT met"
+    lines.append(
+        f"- after compaction ahead of the last 2,000 chars on {ahead} of {len(results)} "
+        f"sessions (goal: every one: {met})"
+    )
+    held = sum(r.contexts.exactly_once for r in results)
+    met = "met" if held == len(results) else "NOT met"
+    lines.append(f"- exactly once on {held} of {len(results)} compactions (goal: every one: {met})")
+    return lines
+
+
 def table(results: list[Result]) -> str:
     """The Markdown tables: per session and in total, per fact kind, sizes and times."""
     head = "| session | " + " | ".join(title for _, title in COLUMNS) + " | exactly once |"
@@ -215,6 +241,7 @@ def table(results: list[Result]) -> str:
     totals = [fraction(*summed(results, column)) for column, _ in COLUMNS]
     held = sum(r.contexts.exactly_once for r in results)
     rows.append("| **total** | " + " | ".join(totals) + f" | {held} / {len(results)} |")
+    rows += ["", *verdicts(results)]
 
     kinds = ["", "| fact kind | " + " | ".join(t for _, t in COLUMNS) + " |"]
     kinds.append("|---" * (len(COLUMNS) + 1) + "|")

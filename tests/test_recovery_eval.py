@@ -235,6 +235,7 @@ def test_a_small_real_shaped_session_is_replayed_and_scored(service, monkeypatch
     report = table([result])
     assert "| small |" in report
     assert "| **total** |" in report
+    assert "- exactly once on 1 of 1 compactions (goal: every one: met)" in report
     assert json.loads(json.dumps(result.as_json()))["exactly_once"] is True
 
 
