@@ -31,6 +31,8 @@ What fires, from the lines:
   times): SessionEnd and SessionStart ``resume`` where the copy begins, and nothing for the
   copied lines (they are in the transcript the hooks read, and in the baselines).
 
+The lines are read by ``bench/claude_lines.py``, the hooks run by ``bench/claude_hooks.py``.
+
 Not replayed: the model itself (no new summary at the cut, so no PostCompact there), the
 subagents' own transcript files, the project folder (``cwd`` does not exist here, so the
 client finds no git repository), and the time between events (the hooks run one after the
@@ -40,10 +42,8 @@ other, as fast as they answer).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -52,345 +52,28 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hooks.install import install_claude_code
+from bench.claude_hooks import Claude, HookRun, ServiceClock
+from bench.claude_lines import (
+    SYNTHETIC_MODEL,
+    conversation_of,
+    is_main,
+    prompt_of,
+    slug_of,
+    stamp_of,
+    starts_turn,
+    summary_of,
+    text_blocks,
+    tool_results,
+    version_of,
+)
 from hooks.transcripts.tasks import TaskTracker
 
 HEADER = "## Session Recovery Context"
-# Events whose matcher Claude Code ignores.
-UNMATCHED = frozenset({"UserPromptSubmit", "Stop"})
-# What a matcher matches, per event (else the tool's name).
-MATCHED_FIELD = {
-    "SessionStart": "source",
-    "PreCompact": "trigger",
-    "PostCompact": "trigger",
-    "SessionEnd": "reason",
-}
-EXACT_MATCHER = re.compile(r"[A-Za-z0-9_\- ,|]+")
-HARNESS_PREFIXES = (
-    "<task-notification>",
-    "<local-command-stdout>",
-    "<local-command-stderr>",
-    "<local-command-caveat>",
-    "Caveat:",
-    "[Request interrupted",
-    "<bash-input>",
-    "<bash-stdout>",
-    "<bash-stderr>",
-    "<user-memory-input>",
-    "Unknown slash command:",
-    "This session is being continued from a previous conversation",
-)
-# Blocks Claude Code adds to the typed text's line (IDE state, reminders): not typed.
-ADDED_BLOCK_PREFIXES = ("<ide_opened_file>", "<ide_selection>", "<system-reminder>")
-COMMAND = re.compile(r"<command-name>\s*/?(?P<name>[^<]*?)\s*</command-name>")
-COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.S)
-SYNTHETIC_MODEL = "<synthetic>"
-SUMMARY_PREAMBLE = "The summary below covers the earlier portion of the conversation."
-SUMMARY_TRAILER = "\n\nIf you need specific details from before compaction"
 PROMPT_ID_VERSION = (2, 1, 196)
 LAST_MESSAGE_VERSION = (2, 1, 0)
 POST_COMPACT_VERSION = (2, 1, 76)
 # A line this much older than one before it was written again (a resume's copy of history).
 COPY_SECONDS = 60.0
-
-
-def version_of(text: Any) -> tuple[int, ...]:
-    if not isinstance(text, str):
-        return ()
-    parts = []
-    for part in text.split(".")[:3]:
-        digits = part.split("-")[0]
-        if not digits.isdigit():
-            return ()
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def text_blocks(content: Any) -> list[str]:
-    """A user line's text: the string, or its text blocks."""
-    if isinstance(content, str):
-        return [content]
-    if not isinstance(content, list):
-        return []
-    return [
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    ]
-
-
-def tool_results(record: dict[str, Any]) -> list[dict[str, Any]]:
-    content = (record.get("message") or {}).get("content")
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
-
-
-def is_main(record: dict[str, Any]) -> bool:
-    return record.get("isSidechain") is not True
-
-
-def typed_prompt(record: dict[str, Any]) -> str | None:
-    """What a person typed on this line, or None when it is not such a line. A slash
-    command comes back as ``/name args`` (``local_command`` decides whether it counts)."""
-    if record.get("type") != "user" or not is_main(record):
-        return None
-    if record.get("isMeta") or record.get("isCompactSummary"):
-        return None
-    if record.get("isVisibleInTranscriptOnly"):
-        return None
-    if tool_results(record):
-        return None
-    blocks = [
-        text.strip()
-        for text in text_blocks((record.get("message") or {}).get("content"))
-        if text.strip() and not text.lstrip().startswith(ADDED_BLOCK_PREFIXES)
-    ]
-    text = "\n".join(blocks).strip()
-    if not text:
-        return None
-    command = COMMAND.search(text)
-    if command is not None and text.startswith(("<command-name>", "<command-message>")):
-        found = COMMAND_ARGS.search(text)
-        args = found.group("args").strip() if found else ""
-        return f"/{command.group('name')} {args}".strip()
-    if text.startswith(HARNESS_PREFIXES):
-        return None
-    return text
-
-
-def answered_locally(records: list[dict[str, Any] | None], index: int) -> bool:
-    """Whether the slash command at ``index`` was answered by the harness itself: a
-    ``<local-command-stdout>`` line (or a compaction) comes before any response or prompt."""
-    for record in records[index + 1 : index + 8]:
-        if record is None:
-            continue
-        if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
-            return True
-        if record.get("type") == "assistant":
-            return False
-        if record.get("type") == "user":
-            texts = text_blocks((record.get("message") or {}).get("content"))
-            joined = "".join(texts).lstrip()
-            if joined.startswith(("<local-command-stdout>", "<local-command-stderr>")):
-                return True
-            if typed_prompt(record) is not None:
-                return False
-    return False
-
-
-def prompt_of(records: list[dict[str, Any] | None], index: int) -> str | None:
-    """The prompt Claude Code's UserPromptSubmit carries for line ``index``, or None."""
-    record = records[index]
-    if record is None:
-        return None
-    prompt = typed_prompt(record)
-    if prompt is None:
-        return None
-    typed = "".join(text_blocks((record.get("message") or {}).get("content")))
-    if not prompt.startswith("/") or not COMMAND.search(typed):
-        return prompt
-    if prompt.split()[0] in ("/compact", "/clear") or answered_locally(records, index):
-        return None  # the harness's own: a compaction, a new session, a local answer
-    return prompt
-
-
-def summary_of(record: dict[str, Any]) -> str:
-    """A compaction summary line's summary, as PostCompact's ``compact_summary`` holds it:
-    without the words Claude Code writes around it in the transcript."""
-    text = "\n".join(text_blocks((record.get("message") or {}).get("content")))
-    text = text.partition(SUMMARY_PREAMBLE)[2] or text
-    return text.partition(SUMMARY_TRAILER)[0].strip()
-
-
-def starts_turn(record: dict[str, Any]) -> bool:
-    """A background task's notice: the agent takes a turn on it, with no prompt."""
-    if record.get("type") != "user" or not is_main(record) or tool_results(record):
-        return False
-    texts = text_blocks((record.get("message") or {}).get("content"))
-    return "".join(texts).lstrip().startswith("<task-notification>")
-
-
-def turn_ended(following: list[str]) -> bool:
-    """Whether the turn under way at the cut had ended, from the lines after it: the next
-    conversation line starts a turn (a prompt, a notice), or there is none."""
-    records: list[dict[str, Any] | None] = []
-    for line in following:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        records.append(record if isinstance(record, dict) else None)
-    for index, record in enumerate(records):
-        if record is None or record.get("type") not in ("user", "assistant"):
-            continue
-        if not is_main(record) or record.get("isMeta"):
-            continue
-        return prompt_of(records, index) is not None or starts_turn(record)
-    return True
-
-
-def slug_of(cwd: str) -> str:
-    """Claude Code's folder name for a project: every character but letters and digits as -."""
-    return re.sub(r"[^A-Za-z0-9]", "-", cwd)
-
-
-def matches(matcher: Any, value: str) -> bool:
-    """Claude Code's matcher: empty or ``*`` for all, a plain list (``a|b``) exactly, else an
-    unanchored regular expression."""
-    if matcher in (None, "", "*"):
-        return True
-    if not isinstance(matcher, str):
-        return False
-    if EXACT_MATCHER.fullmatch(matcher):
-        return value in {part.strip() for part in re.split(r"[|,]", matcher)}
-    try:
-        return re.search(matcher, value) is not None
-    except re.error:
-        return False
-
-
-def conversation_of(record: dict[str, Any]) -> list[str]:
-    """A main-chain response as the naive baseline reads it: its texts and tool calls."""
-    message = record.get("message")
-    if not is_main(record) or not isinstance(message, dict):
-        return []
-    if message.get("model") == SYNTHETIC_MODEL:
-        return []
-    content = message.get("content")
-    found = []
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "text" and str(block.get("text", "")).strip():
-            found.append(f"Assistant: {str(block['text']).strip()}")
-        elif block.get("type") == "tool_use":
-            inputs = json.dumps(block.get("input"), ensure_ascii=False)
-            found.append(f"Tool {block.get('name')}: {inputs}")
-    return found
-
-
-@dataclass
-class HookRun:
-    """One hook process: its event, what its matcher saw (source, trigger, reason or tool),
-    its wall time, the context it returned and its line on stderr ('' when it delivered)."""
-
-    event: str
-    matched: str
-    seconds: float
-    context: str
-    stderr: str
-
-
-class ServiceClock:
-    """The service's clock (``django.utils.timezone.now`` in this process, as the suite's
-    ``clock`` fixture sets it), held at each event's time in the transcript: the periodic
-    checkpoints' intervals and debounce, the ages a context states and the times the hook
-    client sends with what it reads from the transcript then agree, and run at the
-    session's own pace, not the replay's (seconds for hours of work). Each walk starts at
-    its transcript's beginning again, for an owner of its own."""
-
-    def __init__(self) -> None:
-        self.at: datetime | None = None
-
-    def __call__(self) -> datetime:
-        return self.at or datetime.now(UTC)
-
-    def install(self) -> None:
-        from django.utils import timezone
-
-        timezone.now = self
-
-
-def stamp_of(record: dict[str, Any]) -> datetime | None:
-    """A transcript line's time, or None."""
-    stamp = record.get("timestamp")
-    if not isinstance(stamp, str):
-        return None
-    try:
-        at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-
-
-@dataclass
-class Claude:
-    """One HOME with the hooks installed, firing events as Claude Code does."""
-
-    home: Path
-    token: str
-    url: str
-    clock: ServiceClock | None = None
-    runs: list[HookRun] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        settings = self.home / ".claude" / "settings.json"
-        install_claude_code(settings, url=self.url)
-        self.hooks: dict[str, Any] = json.loads(settings.read_text())["hooks"]
-
-    def env(self, cwd: str) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TZ", "TMPDIR")}
-        return {
-            **keep,
-            "HOME": str(self.home),
-            "SIGNET_TOKEN": self.token,
-            "CLAUDE_PROJECT_DIR": cwd,
-            "CLAUDECODE": "1",
-        }
-
-    def fire(self, payload: dict[str, Any], at: datetime | None = None) -> str:
-        """Run every command hook settings.json holds for the payload's event and matcher,
-        the service's clock at ``at``; the additionalContext they returned, joined ('' for
-        none)."""
-        if self.clock is not None and at is not None:
-            self.clock.at = at
-        event = payload["hook_event_name"]
-        value = str(payload.get(MATCHED_FIELD.get(event, "tool_name"), ""))
-        contexts = []
-        for group in self.hooks.get(event, []):
-            if event not in UNMATCHED and not matches(group.get("matcher"), value):
-                continue
-            for handler in group.get("hooks", []):
-                if handler.get("type") != "command":
-                    continue
-                contexts.append(self._run(handler, payload))
-        return "\n".join(c for c in contexts if c)
-
-    def _run(self, handler: dict[str, Any], payload: dict[str, Any]) -> str:
-        began = time.perf_counter()
-        try:
-            done = subprocess.run(
-                ["sh", "-c", handler["command"]],
-                input=json.dumps(payload).encode(),
-                capture_output=True,
-                env=self.env(payload["cwd"]),
-                cwd=self.home,  # Claude Code runs it in the project, which is not here
-                timeout=float(handler.get("timeout", 600)),
-                check=False,
-            )
-            stdout, stderr = done.stdout, done.stderr.decode(errors="replace").strip()
-        except subprocess.TimeoutExpired:
-            stdout, stderr = b"", "timed out (Claude Code's timeout)"
-        context = ""
-        text = stdout.decode(errors="replace").strip()
-        if text.startswith("{"):
-            try:
-                reply = json.loads(text)
-            except ValueError:
-                stderr = (stderr + " (stdout not JSON)").strip()
-            else:
-                specific = reply.get("hookSpecificOutput") if isinstance(reply, dict) else None
-                if isinstance(specific, dict):
-                    context = str(specific.get("additionalContext") or "")
-        elif text:
-            context = text  # plain stdout is context too, for SessionStart and prompts
-        event = payload["hook_event_name"]
-        matched = str(payload.get(MATCHED_FIELD.get(event, "tool_name"), ""))
-        self.runs.append(HookRun(event, matched, time.perf_counter() - began, context, stderr))
-        return context
 
 
 class Walk:

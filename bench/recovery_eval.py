@@ -46,7 +46,9 @@ from typing import Any, TextIO
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from bench.claude_replay import Contexts, ServiceClock, replay, turn_ended  # noqa: E402
+from bench.claude_hooks import ServiceClock  # noqa: E402
+from bench.claude_lines import turn_ended  # noqa: E402
+from bench.claude_replay import Contexts, replay  # noqa: E402
 
 SESSIONS = PROJECT / "bench" / "recovery" / "sessions"
 RAW_URL = "https://raw.githubusercontent.com/{repository}/{commit}/{path}"

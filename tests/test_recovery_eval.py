@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from bench.claude_replay import HEADER, ServiceClock, prompt_of
+from bench.claude_hooks import ServiceClock
+from bench.claude_lines import prompt_of
+from bench.claude_replay import HEADER
 from bench.recovery_eval import COLUMNS, TAIL_CHARS, carried, evaluate, table
 from bench.wsgi_service import Service, owner_token
 
