@@ -42,6 +42,15 @@ class Trigger(models.TextChoices):
     SESSION_END = "session_end", "Session end"
 
 
+class GoalSource(models.TextChoices):
+    """Where a session's goal came from, the weakest first."""
+
+    PROMPT = "prompt", "Opening request"
+    SUMMARY = "summary", "Compaction summary"
+    REDIRECT = "redirect", "The user's redirect"
+    AGENT = "agent", "Agent or client"
+
+
 class Scope(models.TextChoices):
     INGEST = "ingest", "Ingest (hooks)"
     READ = "read", "Read"
@@ -107,6 +116,9 @@ class Session(models.Model):
     compaction_events = models.PositiveSmallIntegerField(default=0)
     compaction_recovered = models.BooleanField(default=False)
     compact_summary = models.TextField(blank=True)
+    # The prompt count when the summary came (None: not known, an older one read from the
+    # transcript). Its current work and next steps hold only until the next prompt.
+    summary_prompt = models.PositiveIntegerField(null=True, blank=True)
     last_assistant_message = models.TextField(blank=True)
     # The agent's own task list, as its client last read it (``signet.tasks``): the task in
     # progress and the pending ones; a checkpoint that brings none of its own takes these.
@@ -120,6 +132,9 @@ class Session(models.Model):
     # What the session is for: its opening substantive request, replaced when the user
     # redirects it, or the goal the agent or the harness's compaction summary stated.
     goal = models.TextField(blank=True)
+    # Where the goal came from (``GoalSource``): a later source replaces an earlier one by
+    # the precedence ``engine.handlers`` documents.
+    goal_source = models.CharField(max_length=16, blank=True, choices=GoalSource.choices)
     # Rules and choices the user stated in prompts ("use X, not Y", "don't …"), newest last.
     decisions = models.JSONField(default=_empty_list, blank=True)
     # Set when the agent lost its context (compaction) or its first prompt came without a

@@ -370,8 +370,11 @@ def test_session_end_after_compaction_keeps_the_transcripts_task(hook):
     send(hook, client_read(payload("pre_compact_auto", transcript_path=str(TRANSCRIPT))))
     send(hook, payload("post_compact_manual"))
     send(hook, payload("session_start_compact"))
-    send(hook, payload("session_end"))  # nothing changed since the emergency checkpoint
-    assert Checkpoint.objects.count() == 1
+    send(hook, payload("session_end"))  # the compaction's summary came since the emergency one
+    assert Checkpoint.objects.count() == 2
+    ended = Checkpoint.objects.get(trigger=Trigger.SESSION_END)
+    assert ended.current_task == "Continue: finish the Redis conversion and run the tests."
+    ended.delete()
     send(hook, payload("post_tool_use_write"))  # an edit, no new prompt
     send(hook, payload("session_end"))
     final = Checkpoint.objects.filter(trigger=Trigger.SESSION_END).get()

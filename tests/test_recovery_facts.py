@@ -201,46 +201,70 @@ PENDING = [
 ]
 
 
-def test_a_compaction_summary_gives_the_goal_steps_and_task_to_the_next_checkpoints(hook, clock):
+def test_a_compaction_summary_gives_the_goal_steps_and_task_until_the_next_prompt(hook, clock):
     prompt(hook, "continue")
     send(hook, payload("pre_compact_auto", transcript_path=UNREADABLE))
     send(hook, payload("post_compact_manual", compact_summary=SUMMARY))
     send(hook, payload("session_start_compact"))
     session = Session.objects.get()
     assert session.goal.startswith("Rate-limit POST /api/login to 5 attempts per IP")
-    clock.advance(minutes=30)
-    prompt(hook, "go on")
-    send(hook, payload("pre_compact_auto", transcript_path=UNREADABLE))  # the next compaction
-    checkpoint = Checkpoint.objects.filter(trigger=Trigger.PRE_COMPACTION).latest("created_at")
-    assert checkpoint.goal == session.goal
-    assert checkpoint.next_steps == PENDING
-    assert checkpoint.current_task == (
-        "Converting src/middleware/rateLimit.ts to Redis INCR + PEXPIRE."
-    )
-    # A new session recovering from this one gets them.
+    # Right after the compaction the summary is what the work is: a session that ends now
+    # (or dies, and is checkpointed) hands on its steps and task.
     send(hook, payload("session_end"))
+    ended = Checkpoint.objects.get(trigger=Trigger.SESSION_END)
+    assert ended.goal == session.goal
+    assert ended.next_steps == PENDING
+    assert ended.current_task == "Converting src/middleware/rateLimit.ts to Redis INCR + PEXPIRE."
     clock.advance(minutes=1)
     other = "b7c1d2e3-0000-4000-8000-000000000002"
     context = context_of(send(hook, payload("session_start_startup", session_id=other)))
     assert "Make loginRateLimit async" in context
     assert Session.objects.get(session_key=other).goal == ""  # its own first request will be
+    # Once the user asked for more, the summary's steps and task are history; its goal holds.
+    clock.advance(minutes=30)
+    prompt(hook, "Now also log every refused login with the client IP")
+    send(hook, payload("pre_compact_auto", transcript_path=UNREADABLE))  # the next compaction
+    checkpoint = Checkpoint.objects.filter(trigger=Trigger.PRE_COMPACTION).latest("created_at")
+    assert checkpoint.goal == session.goal
+    assert checkpoint.next_steps == []
+    assert "Converting" not in checkpoint.current_task
 
 
-def test_the_summary_the_client_read_from_the_transcript_serves_when_postcompact_was_lost(hook):
+def test_an_older_summary_read_from_the_transcript_gives_only_the_goal(hook):
     prompt(hook, "continue")
     body = payload("pre_compact_auto", transcript_path=UNREADABLE)
     body["signet"] = {"transcript": {"compact_summary": SUMMARY, "current_task": "continue"}}
     send(hook, body)
     checkpoint = Checkpoint.objects.get(trigger=Trigger.PRE_COMPACTION)
     assert checkpoint.goal.startswith("Rate-limit POST /api/login")
-    assert checkpoint.next_steps == PENDING
-    assert Session.objects.get().compact_summary == SUMMARY
+    assert checkpoint.next_steps == []  # an earlier compaction's, overtaken since
+    session = Session.objects.get()
+    assert session.compact_summary == SUMMARY
+    assert session.summary_prompt is None
 
 
-def test_the_sessions_own_opening_request_outranks_the_summarys(hook):
+def test_the_summarys_request_outranks_the_opening_request_but_not_the_agents_goal(hook):
     prompt(hook, OPENING)
+    assert Session.objects.get().goal_source == "prompt"
     send(hook, payload("post_compact_manual", compact_summary=SUMMARY))
-    assert Session.objects.get().goal == OPENING
+    session = Session.objects.get()
+    assert session.goal.startswith("Rate-limit POST /api/login to 5 attempts")
+    assert session.goal_source == "summary"
+    capture(hook, digest="Limiter in place.", goal="Harden the login endpoint")
+    send(hook, payload("post_compact_manual", compact_summary=SUMMARY))
+    assert Session.objects.get().goal == "Harden the login endpoint"
+
+
+def test_a_redirect_before_a_fresh_summary_gives_way_to_it_but_not_to_an_older_one(hook):
+    prompt(hook, OPENING)
+    prompt(hook, "New task: move the session store to Redis")
+    assert Session.objects.get().goal_source == "redirect"
+    body = payload("pre_compact_auto", transcript_path=UNREADABLE)
+    body["signet"] = {"transcript": {"compact_summary": SUMMARY}}
+    send(hook, body)  # an older compaction's summary, read from the transcript
+    assert Session.objects.get().goal == "New task: move the session store to Redis"
+    send(hook, payload("post_compact_manual", compact_summary=SUMMARY))  # this compaction's
+    assert Session.objects.get().goal.startswith("Rate-limit POST /api/login")
 
 
 # --- 5. The prompt record -------------------------------------------------------------------

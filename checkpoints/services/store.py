@@ -19,7 +19,7 @@ from django.db import connections, router, transaction
 from django.db.models import Field
 from django.utils import timezone
 
-from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
+from checkpoints.models import Checkpoint, ContinuityConfig, GoalSource, Injection, Session, Trigger
 from checkpoints.services.config import config_get
 from checkpoints.services.locks import write_serialized
 from checkpoints.services.pressure import pressure_agent_checkpointed
@@ -138,19 +138,24 @@ def _steps_merged(*, session: Session, content: CheckpointContent, authored: boo
 
 def _summarised(*, session: Session, content: CheckpointContent) -> None:
     """What the session's compaction summary says, where the checkpoint has nothing of its
-    own: its pending tasks and next step as the next steps, its current work as the task, its
-    request as the goal (``services/summaries.py``)."""
-    if content.next_steps and content.current_task and (session.goal or content.goal):
+    own: its request as the goal, and, only while no prompt came since the summary (it is
+    then what the work is), its current work as the task and its pending tasks and next step
+    as the next steps (``services/summaries.py``). A summary read from the transcript is an
+    older compaction's: only its request counts."""
+    fresh = session.summary_prompt is not None and session.summary_prompt == session.prompt_count
+    needs_goal = not (session.goal or content.goal)
+    if not needs_goal and not (fresh and not (content.next_steps and content.current_task)):
         return
     summary = session.compact_summary or content.compact_summary
     if not summary:
         return
     parts = summary_parse(summary)
-    if not content.next_steps:
-        content.next_steps = parts.next_steps
-    if not content.current_task:
-        content.current_task = parts.current
-    if not content.goal:
+    if fresh and session.compact_summary:
+        if not content.next_steps:
+            content.next_steps = parts.next_steps
+        if not content.current_task:
+            content.current_task = parts.current
+    if needs_goal:
         content.goal = parts.request
 
 
@@ -198,6 +203,9 @@ def _carried(
     if read:
         content.decisions = _merge_unique(parent.decisions, content.decisions, MAX_LIST_ITEMS)
     idle = parent.prompt_count == session.prompt_count
+    if idle and not (content.last_assistant_message or session.last_assistant_message):
+        # Still the agent's last word (a compaction clears the session's copy; no turn since).
+        content.last_assistant_message = parent.last_assistant_message
     missing = [n for n in CARRIED_WHILE_IDLE if not getattr(content, n) and getattr(parent, n)]
     if idle:
         for name in missing:
@@ -272,6 +280,7 @@ def checkpoint_build(
     if authored and content.goal:
         # The agent (or an API client) says what the session is for.
         session.goal = redact_clip(content.goal, MAX_ITEM_CHARS)
+        session.goal_source = GoalSource.AGENT
     if authored and content.next_steps:
         # Its own next steps: they stand until another agent or explicit checkpoint names its own.
         session.agent_next_steps = redact_data(content.next_steps[:MAX_LIST_ITEMS])
@@ -444,7 +453,14 @@ def _enforce_cap(*, session: Session, keep: int) -> None:
 # A checkpoint's look-ups of its session's others, newest first, as pre-built statements
 # (``services/statements.py``): once per checkpoint written, the ORM's compilation of each
 # cost about as much as the rest of the write's Python.
-_PARENT_FIELDS = ("id", "trigger", "prompt_count", *CARRIED_FIELDS, *CARRIED_WHILE_IDLE)
+_PARENT_FIELDS = (
+    "id",
+    "trigger",
+    "prompt_count",
+    "last_assistant_message",
+    *CARRIED_FIELDS,
+    *CARRIED_WHILE_IDLE,
+)
 
 
 @cache

@@ -69,6 +69,7 @@ PROMPT_FIELDS = (
     "recent_remembers",
     # What the session is for and the rules its user stated (``handlers.prompt_intent_record``).
     "goal",
+    "goal_source",
     "decisions",
     "last_checkpoint_at",
     "last_checkpoint_prompt",

@@ -33,7 +33,7 @@ from datetime import datetime
 
 from checkpoints.harnesses.base import Event, EventKind
 from checkpoints.models import ContinuityConfig, Session
-from checkpoints.services.engine.handlers import prompt_intent_record, summary_goal_take
+from checkpoints.services.engine.handlers import prompt_intent_record, summary_record
 from checkpoints.services.events import (
     MAX_DECISIONS,
     MAX_FILES,
@@ -118,10 +118,12 @@ def backlog_apply(
         if event.kind is EventKind.PROMPT:
             _prompt_insert(session, event, happened_at)
             changed = True
-        elif event.kind is EventKind.POST_COMPACT and not _newer(session, "c", happened_at):
-            # An older compaction's summary must not replace a newer one's.
-            session.compact_summary = event.compact_summary or session.compact_summary
-            summary_goal_take(session=session)
+        elif (
+            event.kind is EventKind.POST_COMPACT
+            and event.compact_summary
+            and not _newer(session, "c", happened_at)  # nor an older summary a newer one
+        ):
+            summary_record(session=session, summary=event.compact_summary, fresh=True)
         delivery_record(session=session, digest=digest, happened_at=happened_at)
     if not changed:
         return False

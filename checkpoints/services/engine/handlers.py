@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from checkpoints.harnesses.base import AgentTasks, Event, EventKind
-from checkpoints.models import Checkpoint, ContinuityConfig, Injection, Session, Trigger
+from checkpoints.models import Checkpoint, ContinuityConfig, GoalSource, Injection, Session, Trigger
 from checkpoints.services.events import (
     GOAL_KEEP_CHARS,
     MAX_FILES,
@@ -241,17 +241,33 @@ def prompt_intent_record(*, session: Session, prompt: str) -> None:
     yet and the prompt can state one (``prompts.goal_worthy``: not a greeting or a go-ahead),
     or when the prompt redirects the session; and the rules and choices it states
     (``services/intent.py``)."""
-    if (not session.goal and goal_worthy(prompt)) or redirect_of(prompt):
-        session.goal = prompt[:GOAL_KEEP_CHARS]
+    if redirect_of(prompt):
+        session.goal, session.goal_source = prompt[:GOAL_KEEP_CHARS], GoalSource.REDIRECT
+    elif not session.goal and goal_worthy(prompt):
+        session.goal, session.goal_source = prompt[:GOAL_KEEP_CHARS], GoalSource.PROMPT
     found = decisions_in(prompt)
     if found:
         session.decisions = decisions_add(list(session.decisions), found)
 
 
-def summary_goal_take(*, session: Session) -> None:
-    """The request of the session's compaction summary as its goal, when it has none."""
-    if not session.goal and session.compact_summary:
-        session.goal = summary_parse(session.compact_summary).request[:GOAL_KEEP_CHARS]
+def summary_record(*, session: Session, summary: str, fresh: bool) -> None:
+    """Keep a compaction summary of the session and take its request as the goal.
+
+    ``fresh``: the summary of the compaction that just happened (PostCompact, or its catch-up),
+    else an older one the client read from the transcript. A fresh one's current work and
+    next steps stand for the session until its next prompt (``summary_prompt``); an older
+    one's never do. Its request (*Primary Request and Intent*, the model's own statement of
+    what the user asked for, redirects included) is a better goal than the opening request:
+    it replaces that, and a fresh one also a redirect the user made before it. An agent's or
+    a client's goal stands."""
+    if fresh and summary != session.compact_summary:
+        session.changed_since_checkpoint = True  # news for the session's next checkpoint
+    session.compact_summary = summary
+    session.summary_prompt = session.prompt_count if fresh else None
+    request = summary_parse(summary).request[:GOAL_KEEP_CHARS]
+    weaker = [GoalSource.PROMPT, ""] + ([GoalSource.REDIRECT] if fresh else [])
+    if request and (not session.goal or session.goal_source in weaker):
+        session.goal, session.goal_source = request, GoalSource.SUMMARY
 
 
 def tasks_record(*, session: Session, tasks: AgentTasks) -> None:
@@ -304,11 +320,11 @@ def _on_pre_compact(
     content: CheckpointContent | None,
 ) -> Step:
     if content is not None:
-        if content.compact_summary and not session.compact_summary:
-            session.compact_summary = content.compact_summary  # a PostCompact the server missed
         if not session.goal and content.goal:  # the opening request, read by the client
-            session.goal = content.goal
-        summary_goal_take(session=session)
+            session.goal, session.goal_source = content.goal, GoalSource.PROMPT
+        if content.compact_summary and content.compact_summary != session.compact_summary:
+            # An earlier compaction's summary, which the server missed or already has.
+            summary_record(session=session, summary=content.compact_summary, fresh=False)
         _add_files(session, content.modified_files)
         if content.git_branch:
             session.git_branch = content.git_branch
@@ -331,8 +347,7 @@ def _on_post_compact(
 ) -> Step:
     pending_flush_if_due(session=session, config=config, now=now)
     if event.compact_summary:
-        session.compact_summary = event.compact_summary
-        summary_goal_take(session=session)
+        summary_record(session=session, summary=event.compact_summary, fresh=True)
     if event.queued_at is None:
         _compaction_mark(session, POST_COMPACT_SEEN, now)
     return Step()
