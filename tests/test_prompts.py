@@ -138,7 +138,7 @@ def test_cleaning_twice_changes_nothing():
 @pytest.mark.parametrize(
     "text",
     ["hi", "ok", "continue", "yes", "go on", "ok thanks!", "yes, do it", "Hi Claude", "what's up",
-     "refactor", "/clear", "/", "# always use uv", "/remember use uv"],
+     "refactor", "/clear", "/", "# always use uv", "/remember use uv", "/init", "/gsd:progress"],
 )  # fmt: skip
 def test_greetings_go_aheads_and_notes_state_no_goal(text):
     assert not goal_worthy(text)
@@ -147,7 +147,7 @@ def test_greetings_go_aheads_and_notes_state_no_goal(text):
 @pytest.mark.parametrize(
     "text",
     ["fix the login test", "fix it", "Add rate limiting to POST /api/login", "/opsx:apply x",
-     "/init", "internationalisation", "## Task\nPort the exporter"],
+     "/review the auth module", "internationalisation", "## Task\nPort the exporter"],
 )  # fmt: skip
 def test_a_request_states_a_goal(text):
     assert goal_worthy(text)

@@ -117,7 +117,9 @@ def goal_worthy(text: str) -> bool:
     if text.startswith(_NOTES) and not text.startswith("##"):
         return False
     if text.startswith("/"):
-        return len(text) > 1 and not _is_local_command(text)
+        # A command alone (``/gsd:progress``, ``/init``) names a routine whose text is its
+        # expansion, not the session's purpose; with arguments it says what it is for.
+        return " " in text.strip() and not _is_local_command(text)
     if len(text) > 200:
         return True  # no run of acknowledgements is this long
     words = "".join(char if char.isalnum() else " " for char in text.lower()).split()
