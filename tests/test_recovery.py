@@ -369,7 +369,7 @@ def test_modified_files_are_named_relative_to_the_project(owner):
     )
     text = render(checkpoint).text
     assert "### Modified files\n- docs/setup.md\n- /etc/hosts\n" in text
-    assert "- /home/alice/src/shopping/notes.md\n- src/app.py\n" in text
+    assert "- ~/src/shopping/notes.md\n- src/app.py\n" in text  # in the home folder
     assert "fix src/app.py" in text
     assert "> Edited src/app.py: done." in text
     assert "/home/alice/src/shop/" not in text
