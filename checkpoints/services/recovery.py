@@ -302,17 +302,19 @@ ANSWER = " → "  # between a question the agent asked and the user's answer, in
 _PARTS = re.compile(r"\n|; ")  # how a text's lines or bullets were joined into one item
 
 
-def _clean_item(text: str, limit: int) -> str:
+def _clean_item(text: str, limit: int, whole: int) -> str:
     """An item of the agent's or a summary's as one line of at most ``limit`` chars, redacted.
-    When it is longer: a question's answer keeps more of the room than the question; an item
-    of several lines or bullets joined (by '; ': a summary's paragraph, a task with its
-    description) is its first one (with the next when the first only introduces it, "…:"),
-    cut at a word boundary."""
+    An item of several lines or bullets joined (by '; ': a summary's paragraph, a task with
+    its description) and longer than ``whole`` is its first one (with the next when the
+    first only introduces it, "…:"). When it is longer than ``limit``: a question's answer
+    keeps more of the room than the question; the rest is cut at a word boundary."""
     text = redact(text[: limit * 4 + 256])
     flat = " ".join(text.split())
-    if len(flat) <= limit:
+    if len(flat) <= min(limit, whole):
         return flat
     if ANSWER in flat:
+        if len(flat) <= limit:
+            return flat
         question, _, answer = flat.partition(ANSWER)
         room = limit - len(ANSWER)
         question = _shorten(question, max(room - len(answer), min(len(question), room // 3)))
@@ -378,13 +380,13 @@ def _listed(
     wider: list[str] = []
     used = 0
     for item in items:
-        line = prefix + (_clean_item(item, chars) if wide else _clean(item, chars))
+        line = prefix + (_clean_item(item, chars, chars) if wide else _clean(item, chars))
         used += len(line) + 1
         if used > within:
             break
         lines.append(line)
         if wide:
-            wider.append(prefix + _clean_item(item, wide))
+            wider.append(prefix + _clean_item(item, wide, chars))
     return _Section(title, lines, quota, len(items), wide=tuple(wider))
 
 
