@@ -573,3 +573,37 @@ def test_an_item_of_joined_lines_shows_its_first_one(owner):
     assert "- **Step 0 of the plan**: rebuild the limiter's Redis client" in text
     assert "```bash" not in text
     assert "- Fixed window; 5 attempts per IP" in text.splitlines()  # short: whole
+
+
+CLAUDE_SUMMARY = (
+    "This session is being continued from a previous conversation that ran out of context. "
+    "The conversation is summarized below:\nAnalysis:\nLet me chronologically analyze the "
+    "conversation:\n\n1. **Session start**: the user asked for a limiter.\n\nSummary:\n"
+    "1. Primary Request and Intent:\n   Add rate limiting to POST /api/login.\n"
+    "2. Pending Tasks:\n   - Wire the limiter into signup\n"
+)
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        CLAUDE_SUMMARY,
+        "<analysis>\nLet me chronologically analyze the conversation.\n</analysis>\n\n"
+        "<summary>\n1. Primary Request and Intent:\n   Add rate limiting to POST /api/login.\n"
+        "</summary>",
+    ],
+)
+def test_the_compaction_summary_is_quoted_from_its_sections(owner, summary):
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL)
+    text = render(checkpoint, compact_summary=summary).text
+    assert text.endswith(
+        "### Compaction summary\n> 1. Primary Request and Intent:\n"
+        "> Add rate limiting to POST /api/login."
+        + (
+            "\n> 2. Pending Tasks:\n> - Wire the limiter into signup"
+            if "Pending" in summary
+            else ""
+        )
+    )
+    for noise in ("continued from a previous", "Analysis", "analyze", "summary>"):
+        assert noise not in text

@@ -403,6 +403,28 @@ def _quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
     return _Section(title, lines[:MAX_QUOTED_LINES], quota, len(lines) + rest)
 
 
+# Claude Code's compaction summary opens with a fixed sentence and its analysis of the
+# conversation (an "Analysis:" paragraph, or an <analysis> block), then "Summary:" and the
+# numbered sections that say what the session is for and where it stands.
+_SUMMARY_ANALYSIS = re.compile(r"<analysis>.*?</analysis>", re.DOTALL | re.IGNORECASE)
+_SUMMARY_START = re.compile(
+    r"^[ \t#*_]*(?:summary:?|<summary>)[ \t*_]*$", re.IGNORECASE | re.MULTILINE
+)
+_SUMMARY_PREAMBLE = "This session is being continued from a previous conversation"
+
+
+def _summary_body(text: str) -> str:
+    """A compaction summary without its preamble and analysis: from its "Summary:" line on
+    when it has one, else without the opening sentence and any <analysis> block."""
+    text = _SUMMARY_ANALYSIS.sub("", text[:100_000])
+    start = _SUMMARY_START.search(text)
+    if start is not None:
+        text = text[start.end() :]
+    elif text.lstrip().startswith(_SUMMARY_PREAMBLE):
+        text = text.lstrip().partition("\n")[2]
+    return text.replace("</summary>", "").strip()
+
+
 def _closing_quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
     """A message as a Markdown quote whose closing lines (the last ``CLOSING_LINES`` of its
     final paragraph, where a question or the next step stands) come first, last line first,
@@ -569,7 +591,9 @@ def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list
             quota=2,
             within=within,
         ),
-        _quoted("Compaction summary", relative(compact_summary), quota=4, within=within),
+        _quoted(
+            "Compaction summary", relative(_summary_body(compact_summary)), quota=4, within=within
+        ),
     ]
     return [section for section in sections if section.total]
 
