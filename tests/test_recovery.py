@@ -607,3 +607,11 @@ def test_the_compaction_summary_is_quoted_from_its_sections(owner, summary):
     )
     for noise in ("continued from a previous", "Analysis", "analyze", "summary>"):
         assert noise not in text
+
+
+def test_a_summary_heading_late_in_a_summary_of_another_shape_keeps_what_is_before_it(owner):
+    summary = "The user asked for rate limiting on POST /api/login.\n\n## Summary\nDone so far."
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL)
+    text = render(checkpoint, compact_summary=summary).text
+    assert "> The user asked for rate limiting on POST /api/login." in text
+    assert "> Done so far." in text

@@ -415,13 +415,15 @@ _SUMMARY_PREAMBLE = "This session is being continued from a previous conversatio
 
 def _summary_body(text: str) -> str:
     """A compaction summary without its preamble and analysis: from its "Summary:" line on
-    when it has one, else without the opening sentence and any <analysis> block."""
-    text = _SUMMARY_ANALYSIS.sub("", text[:100_000])
+    when only they come before it, else without the opening sentence and any <analysis>
+    block."""
+    text = _SUMMARY_ANALYSIS.sub("", text[:100_000]).lstrip()
     start = _SUMMARY_START.search(text)
-    if start is not None:
+    opening = text[: start.start()].lstrip("#*_ \t\n").lower() if start is not None else ""
+    if start is not None and (not opening or opening.startswith(("this session", "analysis"))):
         text = text[start.end() :]
-    elif text.lstrip().startswith(_SUMMARY_PREAMBLE):
-        text = text.lstrip().partition("\n")[2]
+    elif text.startswith(_SUMMARY_PREAMBLE):
+        text = text.partition("\n")[2]
     return text.replace("</summary>", "").strip()
 
 
