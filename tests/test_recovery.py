@@ -369,7 +369,7 @@ def test_modified_files_are_named_relative_to_the_project(owner):
     )
     text = render(checkpoint).text
     assert "### Modified files\n- docs/setup.md\n- /etc/hosts\n" in text
-    assert "- /home/alice/src/shopping/notes.md\n- src/app.py\n" in text
+    assert "- ~/src/shopping/notes.md\n- src/app.py\n" in text  # in the home folder
     assert "fix src/app.py" in text
     assert "> Edited src/app.py: done." in text
     assert "/home/alice/src/shop/" not in text
@@ -430,3 +430,188 @@ def test_without_a_goal_or_a_prompt_what_is_in_progress_leads(owner, budget):
     assert titles_of(context.text)[0] == "### Now"
     assert "Finish the Redis-backed rate limiter" in context.text
     assert ("now (shortened)" in context.omitted) == (budget == 200)
+
+
+# --- The budget on real sessions' shapes (#30) ---------------------------------------------
+
+ANSWERS = [
+    f"Question {n}: should the limiter count per IP, per account, or per IP and account "
+    f"together, given the mobile app's retries and the shared office NAT? → Per IP and "
+    f"account together, with a higher limit for known office addresses and a note {n} in "
+    "the runbook about how the counters reset after the window and what support should say"
+    for n in range(5)
+]
+SUMMARY_STEPS = [
+    f"**Step {n} of the plan**: rebuild the limiter's Redis client so that it reconnects "
+    "after a failover, then rerun the auth suite against the staging cluster and compare "
+    "the latencies with the numbers from last week before anything is merged into main; "
+    "```bash; make test-auth; ```"
+    for n in range(5)
+]
+FILES = [f"{WEBAPP}/src/limiter/part_{n}.ts" for n in range(5)]
+
+
+def crowded_checkpoint(owner, **fields):
+    values = {
+        "goal": GOAL,
+        "decisions": ANSWERS,
+        "next_steps": SUMMARY_STEPS,
+        "modified_files": FILES,
+        "recent_prompts": [GOAL, LATEST],
+    }
+    return CheckpointFactory(
+        session__owner=owner, session__project_normalized=WEBAPP, **{**values, **fields}
+    )
+
+
+def test_long_decisions_and_steps_leave_room_for_every_modified_file(owner):
+    context = render(crowded_checkpoint(owner), budget=2000)
+    text = context.text
+    for path in FILES:
+        assert f"- {path.removeprefix(WEBAPP + '/')}\n" in text, path
+    section = text[text.index("### Decisions") : text.index("### Modified files")]
+    decisions = [line for line in section.splitlines() if line.startswith("- ")]
+    assert decisions
+    assert all(len(line) <= 2 + 180 for line in decisions)
+    # The answer is the decision: it keeps more of the line than the question.
+    question, answer = decisions[0].split(" → ")
+    assert len(answer) > len(question)
+    assert answer.startswith("Per IP and account together")
+
+
+def test_short_items_are_widened_when_the_budget_has_room(owner):
+    text = render(crowded_checkpoint(owner), budget=9999).text
+    for answer in ANSWERS:
+        assert f"- {answer}\n" in text
+
+
+def test_the_latest_request_is_the_last_one_that_says_something(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        goal=GOAL,
+        recent_prompts=[GOAL, LATEST, "yes go on", "continue", "ok"],
+    )
+    text = render(checkpoint).text
+    assert text.endswith(f"### Latest request\n{LATEST}")
+    for prompt in ("yes go on", "continue", "ok"):
+        assert prompt not in text.splitlines()
+        assert f"- {prompt}" not in text.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("project", "home"),
+    [("/Users/bob/code/app", "/Users/bob"), ("/home/bob/code/app", "/home/bob")],
+)
+def test_paths_in_the_projects_home_folder_are_named_from_it(owner, project, home):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        session__project_normalized=project,
+        goal=GOAL,
+        modified_files=[
+            f"{home}/.claude/settings.json",
+            f"{home}by/notes.md",  # another user's folder that starts the same
+            "/opt/tool/config.toml",
+            f"{project}/src/app.py",
+        ],
+        last_assistant_message=f"Edited {home}/.claude/settings.json and src/app.py.",
+    )
+    text = render(checkpoint).text
+    assert (
+        "### Modified files\n- src/app.py\n- /opt/tool/config.toml\n"
+        f"- {home}by/notes.md\n- ~/.claude/settings.json\n"
+    ) in text
+    assert "> Edited ~/.claude/settings.json and src/app.py." in text
+
+
+def test_a_project_outside_a_home_folder_keeps_absolute_paths(owner):
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        session__project_normalized="/srv/app",
+        goal=GOAL,
+        modified_files=["/Users/Shared/notes.md", "/home/bob/.bashrc", "/srv/app/main.py"],
+    )
+    text = render(checkpoint).text
+    assert "- main.py\n- /home/bob/.bashrc\n- /Users/Shared/notes.md" in text
+
+
+PARAGRAPH = " ".join(
+    f"Sentence {n} of the request says what the limiter must do for the mobile app."
+    for n in range(12)
+)
+
+
+def test_a_long_goal_is_cut_at_a_sentence_within_a_quarter_of_the_budget(owner):
+    checkpoint = CheckpointFactory(session__owner=owner, goal=PARAGRAPH, next_steps=["Ship"])
+    for budget in (1000, 2000, 3000):
+        context = render(checkpoint, budget=budget)
+        lines = context.text.splitlines()
+        goal = lines[lines.index("### Goal") + 1]
+        assert len(goal) <= max(400, budget // 4), budget
+        assert goal.endswith("mobile app. …"), goal
+        assert PARAGRAPH.startswith(goal.removesuffix(" …"))
+        assert "goal (shortened)" in context.omitted
+        assert "- Ship" in context.text
+
+
+def test_an_item_of_joined_lines_shows_its_first_one(owner):
+    task = (
+        "**Just before the summary**, I was debugging why the applet shows no readings. "
+        "Specifically:; the panel shows two bars; the backends start ten times; ```bash; "
+        "ps aux | grep cosmic-panel; ```; " + "; ".join(f"detail {n}" for n in range(40))
+    )
+    checkpoint = CheckpointFactory(
+        session__owner=owner,
+        goal=GOAL,
+        current_task=task,
+        next_steps=[SUMMARY_STEPS[0], "Fixed window; 5 attempts per IP"],
+    )
+    text = render(checkpoint, budget=9999).text
+    assert (
+        "### Now\n**Just before the summary**, I was debugging why the applet shows no "
+        "readings. Specifically: the panel shows two bars\n"
+    ) in text
+    assert "- **Step 0 of the plan**: rebuild the limiter's Redis client" in text
+    assert "```bash" not in text
+    assert "- Fixed window; 5 attempts per IP" in text.splitlines()  # short: whole
+
+
+CLAUDE_SUMMARY = (
+    "This session is being continued from a previous conversation that ran out of context. "
+    "The conversation is summarized below:\nAnalysis:\nLet me chronologically analyze the "
+    "conversation:\n\n1. **Session start**: the user asked for a limiter.\n\nSummary:\n"
+    "1. Primary Request and Intent:\n   Add rate limiting to POST /api/login.\n"
+    "2. Pending Tasks:\n   - Wire the limiter into signup\n"
+)
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        CLAUDE_SUMMARY,
+        "<analysis>\nLet me chronologically analyze the conversation.\n</analysis>\n\n"
+        "<summary>\n1. Primary Request and Intent:\n   Add rate limiting to POST /api/login.\n"
+        "</summary>",
+    ],
+)
+def test_the_compaction_summary_is_quoted_from_its_sections(owner, summary):
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL)
+    text = render(checkpoint, compact_summary=summary).text
+    assert text.endswith(
+        "### Compaction summary\n> 1. Primary Request and Intent:\n"
+        "> Add rate limiting to POST /api/login."
+        + (
+            "\n> 2. Pending Tasks:\n> - Wire the limiter into signup"
+            if "Pending" in summary
+            else ""
+        )
+    )
+    for noise in ("continued from a previous", "Analysis", "analyze", "summary>"):
+        assert noise not in text
+
+
+def test_a_summary_heading_late_in_a_summary_of_another_shape_keeps_what_is_before_it(owner):
+    summary = "The user asked for rate limiting on POST /api/login.\n\n## Summary\nDone so far."
+    checkpoint = CheckpointFactory(session__owner=owner, goal=GOAL)
+    text = render(checkpoint, compact_summary=summary).text
+    assert "> The user asked for rate limiting on POST /api/login." in text
+    assert "> Done so far." in text

@@ -353,3 +353,17 @@ def test_the_users_answers_join_the_agents_decisions_at_compaction(hook, clock, 
     send(hook, payload("session_end"))  # a passive checkpoint keeps both
     final = Checkpoint.objects.get(trigger=Trigger.SESSION_END)
     assert final.decisions == checkpoint.decisions
+
+
+def test_a_go_ahead_after_a_compaction_does_not_push_out_the_latest_request(hook, clock):
+    prompt(hook, "Add rate limiting to POST /api/login")
+    prompt(hook, "and the signup route too")
+    compact(hook, clock)
+    prompt(hook, "continue")
+    prompt(hook, "ok")
+    send(hook, payload("session_end"))
+    clock.advance(minutes=5)
+    context = context_of(send(hook, payload("session_start_startup", session_id="next")))
+    assert "### Latest request\nand the signup route too\n" in context
+    assert "continue" not in context.splitlines()
+    assert "- continue" not in context.splitlines()

@@ -32,13 +32,25 @@ from checkpoints.services.statements import (
     statement_run,
     statement_values,
 )
+from hooks.transcripts.prompts import goal_worthy
 
 HEADER = "## Session Recovery Context"
 GOAL = "Goal"  # the section that always comes first
 NOW = "Now"  # first when there is no goal
 MIN_LEAD_CHARS = 60
+GOAL_CHARS = 400  # the goal's cap, or a quarter of the budget when larger (half, at most)
 KEY_SHOWN_CHARS = 40  # session keys can be 255 characters; the header must stay short
 ITEM_CHARS = 400
+# A next step's, decision's or blocker's line before the sections below it had their share
+# (and what is in progress: PROMPT_CHARS); the budget left after every section had its lines
+# widens them to ITEM_CHARS.
+DETAIL_CHARS = 180
+# The first pass gives each section its first lines up to about this many characters (at
+# least one line): in a tight budget every kind of fact is there before one gets five lines.
+SHARE_CHARS = 240
+# The second pass gives each section its quota of lines up to about this many characters:
+# five long lines of one kind do not crowd out the last of another's short ones.
+QUOTA_CHARS = 400
 PROMPT_CHARS = 300
 QUOTE_CHARS = 300
 MAX_QUOTED_LINES = 40  # never more candidate lines of a message or summary than this
@@ -255,6 +267,18 @@ def _shorten(text: str, limit: int) -> str:
     return cut + "…"
 
 
+def _shorten_sentence(text: str, limit: int) -> str:
+    """``text`` within ``limit`` chars, cut after the last sentence that ends in its second
+    half, else at a word boundary, with an ellipsis if cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: max(0, limit - 2)]
+    end = max(cut.rfind(mark) for mark in (". ", "! ", "? ", ".) "))
+    if end >= limit // 2:
+        return cut[: end + 1] + " …"
+    return _shorten(text, limit)
+
+
 def _shorten_start(text: str, limit: int) -> str:
     """``text`` within ``limit`` chars, its start cut at a word boundary: a closing line's
     end (a question, the next step) is what matters."""
@@ -274,6 +298,36 @@ def _clean(text: str, limit: int, *, keep_end: bool = False) -> str:
     return _shorten(" ".join(redact(text[: limit * 4 + 256]).split()), limit)
 
 
+ANSWER = " → "  # between a question the agent asked and the user's answer, in a decision
+_PARTS = re.compile(r"\n|; ")  # how a text's lines or bullets were joined into one item
+
+
+def _clean_item(text: str, limit: int, whole: int) -> str:
+    """An item of the agent's or a summary's as one line of at most ``limit`` chars, redacted.
+    An item of several lines or bullets joined (by '; ': a summary's paragraph, a task with
+    its description) and longer than ``whole`` is its first one (with the next when the
+    first only introduces it, "…:"). When it is longer than ``limit``: a question's answer
+    keeps more of the room than the question; the rest is cut at a word boundary."""
+    text = redact(text[: limit * 4 + 256])
+    flat = " ".join(text.split())
+    if len(flat) <= min(limit, whole):
+        return flat
+    if ANSWER in flat:
+        if len(flat) <= limit:
+            return flat
+        question, _, answer = flat.partition(ANSWER)
+        room = limit - len(ANSWER)
+        question = _shorten(question, max(room - len(answer), min(len(question), room // 3)))
+        return f"{question}{ANSWER}{_shorten(answer, max(1, room - len(question)))}"
+    parts = [" ".join(part.split()) for part in _PARTS.split(text)]
+    parts = [part for part in parts if part]
+    if len(parts) > 1:
+        flat = parts[0]
+        if flat.endswith(":") and not parts[1].startswith("`"):
+            flat = f"{flat} {parts[1]}"
+    return _shorten(flat, limit)
+
+
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(item for item in items if item))
 
@@ -287,6 +341,8 @@ class _Section:
     # Where each line stands in the text it quotes, when that is not the order of ``lines``
     # (a message's closing lines come first); a gap between two shown is marked.
     positions: tuple[int, ...] = ()
+    # Each line at its widest, when the budget left allows it (``lines`` hold them shorter).
+    wide: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -308,19 +364,30 @@ class _Section:
 
 
 def _listed(
-    title: str, items: Sequence[str], *, quota: int, chars: int, within: int, prefix: str = "- "
+    title: str,
+    items: Sequence[str],
+    *,
+    quota: int,
+    chars: int,
+    within: int,
+    prefix: str = "- ",
+    wide: int = 0,
 ) -> _Section:
     """A section of one line per item, redacted; only the items that could fit ``within``
-    are rendered (the others count in ``total``)."""
+    are rendered (the others count in ``total``). With ``wide``, the items are the agent's
+    (``_clean_item``), each ``chars`` long at first and up to ``wide`` when room is left."""
     lines: list[str] = []
+    wider: list[str] = []
     used = 0
     for item in items:
-        line = prefix + _clean(item, chars)
+        line = prefix + (_clean_item(item, chars, chars) if wide else _clean(item, chars))
         used += len(line) + 1
         if used > within:
             break
         lines.append(line)
-    return _Section(title, lines, quota, len(items))
+        if wide:
+            wider.append(prefix + _clean_item(item, wide, chars))
+    return _Section(title, lines, quota, len(items), wide=tuple(wider))
 
 
 def _quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
@@ -334,6 +401,30 @@ def _quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
         rest = 1 + sum(1 for line in text[clip:].splitlines()[1:] if line.strip())
     lines = [f"> {_clean(line, QUOTE_CHARS)}" for line in head if line.strip()]
     return _Section(title, lines[:MAX_QUOTED_LINES], quota, len(lines) + rest)
+
+
+# Claude Code's compaction summary opens with a fixed sentence and its analysis of the
+# conversation (an "Analysis:" paragraph, or an <analysis> block), then "Summary:" and the
+# numbered sections that say what the session is for and where it stands.
+_SUMMARY_ANALYSIS = re.compile(r"<analysis>.*?</analysis>", re.DOTALL | re.IGNORECASE)
+_SUMMARY_START = re.compile(
+    r"^[ \t#*_]*(?:summary:?|<summary>)[ \t*_]*$", re.IGNORECASE | re.MULTILINE
+)
+_SUMMARY_PREAMBLE = "This session is being continued from a previous conversation"
+
+
+def _summary_body(text: str) -> str:
+    """A compaction summary without its preamble and analysis: from its "Summary:" line on
+    when only they come before it, else without the opening sentence and any <analysis>
+    block."""
+    text = _SUMMARY_ANALYSIS.sub("", text[:100_000]).lstrip()
+    start = _SUMMARY_START.search(text)
+    opening = text[: start.start()].lstrip("#*_ \t\n").lower() if start is not None else ""
+    if start is not None and (not opening or opening.startswith(("this session", "analysis"))):
+        text = text[start.end() :]
+    elif text.startswith(_SUMMARY_PREAMBLE):
+        text = text.partition("\n")[2]
+    return text.replace("</summary>", "").strip()
 
 
 def _closing_quoted(title: str, text: str, *, quota: int, within: int) -> _Section:
@@ -405,13 +496,35 @@ def _is_note(prompt: str, notes: Sequence[str]) -> bool:
     return any(prompt.endswith(note) and len(prompt) - len(note) <= 10 for note in notes)
 
 
+# A home folder a project path starts with: macOS's and Linux's.
+_HOME = re.compile(r"^(?P<home>/Users/(?!Shared/)[^/]+|/home/[^/]+)/")
+
+
+def _path_prefix(folder: str) -> re.Pattern[str]:
+    """``folder/`` where it starts a path in a text, not the middle of another path."""
+    return re.compile(r"(?<![\w./~-])" + re.escape(folder) + r"/(?=[^\s/])")
+
+
 def _relative_to(project: str) -> Callable[[str], str]:
     """A function that names the paths under ``project`` relative to it, wherever they stand
-    in a text: absolute project paths were a seventh of the budget on real sessions."""
+    in a text (absolute project paths were a seventh of the budget on real sessions), and
+    the paths under the home folder the project is in as ``~/…``."""
     if not posixpath.isabs(project) or posixpath.dirname(project) == project:
         return lambda text: text
-    pattern = re.compile(r"(?<![\w./~-])" + re.escape(project.rstrip("/")) + r"/(?=[^\s/])")
-    return lambda text: pattern.sub("", text) if project in text else text
+    project = project.rstrip("/")
+    inside = _path_prefix(project)
+    found = _HOME.match(project + "/")
+    home = found["home"] if found and found["home"] != project else ""
+    around = _path_prefix(home) if home else None
+
+    def relative(text: str) -> str:
+        if project in text:
+            text = inside.sub("", text)
+        if around is not None and home in text:
+            text = around.sub("~/", text)
+        return text
+
+    return relative
 
 
 def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list[_Section]:
@@ -434,6 +547,9 @@ def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list
     # progress and what the user asked last follow it, each unless it says the same.
     goal = new([checkpoint.goal or (requests[-1] if requests else "")])
     now = new([checkpoint.current_task])
+    # What the user asked last that says something: "continue", "ok" after a compaction
+    # are not worth a line, nor pushing the real request out.
+    requests = [request for request in requests if goal_worthy(request)]
     latest = new(requests[:1])
     lead = goal or now
     lead_line = _clean(lead[0], 1000) if lead else ""
@@ -446,11 +562,28 @@ def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list
     files = _unique(relative(path) for path in reversed(checkpoint.modified_files))
     sections = [
         _Section(GOAL if goal else NOW, [lead_line] if lead_line else [], 1, 1 if lead_line else 0),
-        _listed(NOW, now if goal else [], quota=1, chars=ITEM_CHARS, within=within, prefix=""),
+        _listed(
+            NOW,
+            now if goal else [],
+            quota=1,
+            chars=PROMPT_CHARS,
+            within=within,
+            wide=ITEM_CHARS,
+            prefix="",
+        ),
         _listed("Latest request", latest, quota=1, chars=PROMPT_CHARS, within=within, prefix=""),
-        _listed("Next steps", steps, quota=5, chars=ITEM_CHARS, within=within),
-        _listed("Decisions", decisions, quota=5, chars=ITEM_CHARS, within=within),
-        _listed("Open questions and blockers", concerns, quota=3, chars=ITEM_CHARS, within=within),
+        _listed("Next steps", steps, quota=5, chars=DETAIL_CHARS, within=within, wide=ITEM_CHARS),
+        _listed(
+            "Decisions", decisions, quota=5, chars=DETAIL_CHARS, within=within, wide=ITEM_CHARS
+        ),
+        _listed(
+            "Open questions and blockers",
+            concerns,
+            quota=3,
+            chars=DETAIL_CHARS,
+            within=within,
+            wide=ITEM_CHARS,
+        ),
         _listed("Modified files", files, quota=5, chars=ITEM_CHARS, within=within),
         _listed("Remembered notes", notes, quota=3, chars=PROMPT_CHARS, within=within),
         _listed("Recent prompts", earlier, quota=2, chars=PROMPT_CHARS, within=within),
@@ -460,7 +593,9 @@ def _sections(checkpoint: Checkpoint, compact_summary: str, within: int) -> list
             quota=2,
             within=within,
         ),
-        _quoted("Compaction summary", relative(compact_summary), quota=4, within=within),
+        _quoted(
+            "Compaction summary", relative(_summary_body(compact_summary)), quota=4, within=within
+        ),
     ]
     return [section for section in sections if section.total]
 
@@ -595,21 +730,51 @@ class _Fit:
         if len(line) > self.lead_room:
             self.lead_shortened = True  # which lengthens the omitted line
             self.lead_room = min(limit - self.length(), cap)
-            line = _shorten(line, max(1, self.lead_room))
+            line = _shorten_sentence(line, max(1, self.lead_room))
         self.sections[0] = _Section(lead.title, [line], lead.quota, lead.total)
         self.sizes[0] = 1 + len(line)
 
+    def had(self, index: int, chars: int) -> bool:
+        """Whether section ``index`` has had its share of ``chars``: its next line would take
+        it past them (its first line it always may have)."""
+        section, kept = self.sections[index], self.kept[index]
+        return bool(kept) and sum(1 + len(line) for line in section.shown(kept + 1)) > chars
+
+    def widen(self, index: int, limit: int) -> None:
+        """Section ``index``'s kept lines at their widest, each if the whole still fits."""
+        section = self.sections[index]
+        for number, wide in enumerate(section.wide[: self.kept[index]]):
+            if wide == section.lines[number]:
+                continue
+            lines = list(section.lines)
+            lines[number] = wide
+            wider = _Section(section.title, lines, section.quota, section.total, wide=section.wide)
+            size = self.sizes[index]
+            self.sections[index] = wider
+            self.sizes[index] = sum(1 + len(line) for line in wider.shown(self.kept[index]))
+            if self.length() <= limit:
+                section = wider
+            else:
+                self.sections[index], self.sizes[index] = section, size
+
     def fill(self, limit: int) -> None:
-        """Every section its quota in priority order, then the rest in the same order. A
-        section keeps a run of its first lines, and none appears while one above it is
-        missing: a short line of a lesser section never stands in for a whole section."""
-        for by_quota in (True, False):
+        """Every section its first lines (up to ``SHARE_CHARS``) in priority order, then its
+        quota (up to ``QUOTA_CHARS``), then the rest in the same order; then its lines at
+        their widest. A section
+        keeps a run of its first lines, and none appears while one above it is missing: a
+        short line of a lesser section never stands in for a whole section."""
+        for chars in (SHARE_CHARS, QUOTA_CHARS, 0):
             for index, section in enumerate(self.sections):
-                upto = min(section.quota, len(section.lines)) if by_quota else len(section.lines)
-                while self.kept[index] < upto and self.add(index, limit):
-                    pass
+                upto = min(section.quota, len(section.lines)) if chars else len(section.lines)
+                while self.kept[index] < upto:
+                    if chars and self.had(index, chars):
+                        break
+                    if not self.add(index, limit):
+                        break
                 if not self.kept[index]:
                     break
+        for index in range(len(self.sections)):
+            self.widen(index, limit)
 
     def overhead(self) -> int:
         return self.head_chars + self.footer_chars()
@@ -640,12 +805,14 @@ def recovery_render(
 
     The budget is the configured recovery budget, itself reserved inside the inject budget
     and below the harness cap. The goal (else what is in progress) comes first whatever the
-    budget, shortened if need be (to at most half the budget). Every section then gets its
-    first few lines in priority order, and the budget left goes to the rest in the same
-    order; sections are cut at line boundaries, none appears while one above it is missing,
-    and the last line says what did not fit (and, with room, where to get it). The frame
-    (where the checkpoint came from, the omitted line) gets terser as the budget shrinks: it
-    may take at most a third of it, unless everything fits anyway.
+    budget, shortened if need be (to at most a quarter of the budget or GOAL_CHARS, and half
+    of it). Every section then gets its first lines (about SHARE_CHARS), then its first few
+    (``quota``, about QUOTA_CHARS) in priority order, and the budget left goes to the rest in
+    the same order, then to widening the items shown shorter; sections are cut at line
+    boundaries, none appears while one above it is missing, and the last line says what did
+    not fit (and, with room, where to get it). The frame (where the checkpoint came from, the
+    omitted line) gets terser as the budget shrinks: it may take at most a third of it,
+    unless everything fits anyway.
     """
     limit = min(
         budget if budget is not None else config.recovery_budget_chars,
@@ -654,7 +821,9 @@ def recovery_render(
         HARNESS_CONTEXT_CAP_CHARS - 1,
     )
     sections = _sections(checkpoint, compact_summary, limit)
-    lead_cap = max(MIN_LEAD_CHARS, limit // 2)
+    # A goal can be a long paragraph (a summary's request): it has a quarter of the budget,
+    # at least GOAL_CHARS, at most half (what the smallest budget gives it).
+    lead_cap = max(MIN_LEAD_CHARS, min(limit // 2, max(GOAL_CHARS, limit // 4)))
     wanted_lead = (
         min(len(sections[0].lines[0]), lead_cap)
         if sections and sections[0].title in (GOAL, NOW)
