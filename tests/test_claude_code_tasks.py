@@ -62,8 +62,9 @@ def test_the_task_in_progress_reaches_the_model_after_a_compaction(claude, model
     assert periodic.latest("created_at").current_task.startswith(VAT)
     shown = ModelAPI.request_text(model_api.requests[after_compaction]["body"])
     recovery = shown[shown.index(RECOVERY) :]
-    assert VAT in recovery
-    assert "Carry on with the VAT work." not in recovery.split("\n\n")[1]  # not the task
+    sections = recovery.split("\n\n")
+    assert sections[1] == "### Goal\nCarry on with the VAT work."  # what the session is for
+    assert sections[2].startswith(f"### Now\n{VAT}")  # the task in progress, not the prompt
 
 
 def last_response_tokens(claude: Any, session_id: str) -> int:
