@@ -619,8 +619,9 @@ def tasks_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
 def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
     """For a Claude Code event: put into ``signet.sync`` what the transcript gained since the
     session's last command hook (``transcripts/sync.py``: the prompts, edits and compactions
-    Claude Code's ``http`` hooks post once, lost in an outage), and return what keeps the new
-    cursor once the event is delivered or queued (``.commit()``); None otherwise.
+    Claude Code's ``http`` hooks post once, lost in an outage; the branch and the agent's
+    newest text), and return what keeps the new cursor once the event is delivered or queued
+    (``.commit()``); None otherwise.
     """
     if options.harness != "claude-code":
         return None
@@ -630,8 +631,9 @@ def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
         from transcripts.sync import sync_collect  # type: ignore[import-not-found,no-redef]
     state_dir = os.path.join(os.path.dirname(options.outbox) or ".", "sync")
     sync = sync_collect(payload, state_dir=state_dir, loads=_loads, dumps=_dumps)
-    if sync is not None and sync.events:
-        payload["signet"]["sync"] = {"events": sync.events}
+    found = None if sync is None else sync.payload()
+    if found is not None:
+        payload["signet"]["sync"] = found
     return sync
 
 
