@@ -580,16 +580,30 @@ def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     256 KiB are read, and only the lines that can hold a usage are parsed. Stop often runs
     before Claude Code has written the turn's last response: it waits for it, briefly
     (``read_usage_after``), which the readers after it profit from too.
+
+    A Stop that does not say what the response was (Claude Code before 2.1 sends no
+    ``last_assistant_message``) is given it here, from the transcript, clipped as the
+    transcript reader clips it, once the response is there (``read_answer``).
     """
     path = payload.get("transcript_path")
     if payload.get("hook_event_name") != "Stop" or not isinstance(path, str) or not path:
         return None
-    # The light module: the full reader's imports would cost more than the request.
+    # Modules every Claude Code hook loads anyway (the catch-up, ``transcripts/sync.py``).
     if __package__:
-        from .transcripts.usage import read_usage_after
+        from .transcripts.claude_code import message_text
+        from .transcripts.usage import read_answer, read_usage_after
     else:
-        from transcripts.usage import read_usage_after  # type: ignore[import-not-found,no-redef]
+        from transcripts.claude_code import message_text  # type: ignore[import-not-found,no-redef]
+        from transcripts.usage import (  # type: ignore[import-not-found,no-redef]
+            read_answer,
+            read_usage_after,
+        )
     response, prompt_id = payload.get("last_assistant_message"), payload.get("prompt_id")
+    if response is None:
+        usage, text = read_answer(path, loads=_loads)
+        if text:
+            payload["last_assistant_message"] = message_text(text)
+        return usage
     return read_usage_after(
         path,
         response=response if isinstance(response, str) else "",
