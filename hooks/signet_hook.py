@@ -593,7 +593,7 @@ def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
         from .transcripts.claude_code import message_text
         from .transcripts.usage import read_answer, read_usage_after
     else:
-        from transcripts.claude_code import message_text  # type: ignore[import-not-found,no-redef]
+        from transcripts.claude_code import message_text  # type: ignore[no-redef]
         from transcripts.usage import (  # type: ignore[import-not-found,no-redef]
             read_answer,
             read_usage_after,

@@ -35,6 +35,7 @@ _TOOL_RESULT_MARK = b'"toolUseResult":'
 _ASSISTANT_MARK = b'"type":"assistant"'
 _USER_MARK = b'"type":"user"'
 _SIDECHAIN_MARK = b'"isSidechain":true'
+_META_MARK = b'"isMeta":true'  # a hook's or a skill's text, not a turn
 # Only lines holding one of these can change the context size: a response or a compaction.
 _USAGE_MARKS = (b'"usage"', b'"compact_boundary"')
 # Stop runs as the last response starts streaming, often before Claude Code has written it
@@ -323,7 +324,7 @@ class _AnswerWatch(_ResponseWatch):
         self.answered = False
 
     def line(self, line: bytes) -> None:
-        if _USER_MARK in line and _SIDECHAIN_MARK not in line:
+        if _USER_MARK in line and _SIDECHAIN_MARK not in line and _META_MARK not in line:
             self.answered = False  # a prompt, a tool result: the answer is still to come
 
     def record(self, record: dict[str, Any]) -> None:
@@ -336,8 +337,10 @@ class _AnswerWatch(_ResponseWatch):
             record.get("type") != "assistant"
             or record.get("isSidechain", False) is not False
             or not isinstance(message, dict)
-            or message.get("model") == SYNTHETIC_MODEL
         ):
+            return
+        if message.get("model") == SYNTHETIC_MODEL:
+            self.answered = True  # an API error ended the turn: its text is not the agent's
             return
         content = message.get("content")
         if isinstance(content, str):
