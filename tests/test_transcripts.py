@@ -1107,3 +1107,30 @@ def test_a_stop_without_its_message_reads_no_words_from_before_a_compaction(tmp_
     _, said = read_answer(path, wait=0.1, clock=steps.clock, sleep=steps.sleep)
 
     assert said == ""
+
+
+def test_a_stop_without_its_message_does_not_wait_past_a_meta_line_or_an_api_error(tmp_path):
+    from hooks.transcripts.usage import read_answer
+    from tests.test_task_list import Steps
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "\n".join([
+            user("Run the tests."),
+            assistant([text("All 14 pass.")], msg_id="m1"),
+            user("<system-reminder>The task list is empty.</system-reminder>", isMeta=True),
+        ]) + "\n"
+    )  # fmt: skip
+    steps = Steps(path, {})
+
+    _, said = read_answer(path, clock=steps.clock, sleep=steps.sleep)
+
+    assert said == "All 14 pass."
+    assert steps.sleeps == 0
+    # A turn that an API error ended: nothing more will come, and its text is not the agent's.
+    failed = assistant([text("API Error: 529 Overloaded")], msg_id="m2", model="<synthetic>")
+    path.write_text(user("And the lint?") + "\n" + failed + "\n")
+    steps = Steps(path, {})
+    _, said = read_answer(path, clock=steps.clock, sleep=steps.sleep)
+    assert said == ""
+    assert steps.sleeps == 0
