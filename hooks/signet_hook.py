@@ -580,16 +580,30 @@ def usage_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
     256 KiB are read, and only the lines that can hold a usage are parsed. Stop often runs
     before Claude Code has written the turn's last response: it waits for it, briefly
     (``read_usage_after``), which the readers after it profit from too.
+
+    A Stop that does not say what the response was (Claude Code before 2.1 sends no
+    ``last_assistant_message``) is given it here, from the transcript, clipped as the
+    transcript reader clips it, once the response is there (``read_answer``).
     """
     path = payload.get("transcript_path")
     if payload.get("hook_event_name") != "Stop" or not isinstance(path, str) or not path:
         return None
-    # The light module: the full reader's imports would cost more than the request.
+    # Modules every Claude Code hook loads anyway (the catch-up, ``transcripts/sync.py``).
     if __package__:
-        from .transcripts.usage import read_usage_after
+        from .transcripts.claude_code import message_text
+        from .transcripts.usage import read_answer, read_usage_after
     else:
-        from transcripts.usage import read_usage_after  # type: ignore[import-not-found,no-redef]
+        from transcripts.claude_code import message_text  # type: ignore[no-redef]
+        from transcripts.usage import (  # type: ignore[import-not-found,no-redef]
+            read_answer,
+            read_usage_after,
+        )
     response, prompt_id = payload.get("last_assistant_message"), payload.get("prompt_id")
+    if response is None:
+        usage, text = read_answer(path, loads=_loads)
+        if text:
+            payload["last_assistant_message"] = message_text(text)
+        return usage
     return read_usage_after(
         path,
         response=response if isinstance(response, str) else "",
@@ -619,8 +633,9 @@ def tasks_extract(payload: dict[str, Any]) -> dict[str, Any] | None:
 def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
     """For a Claude Code event: put into ``signet.sync`` what the transcript gained since the
     session's last command hook (``transcripts/sync.py``: the prompts, edits and compactions
-    Claude Code's ``http`` hooks post once, lost in an outage), and return what keeps the new
-    cursor once the event is delivered or queued (``.commit()``); None otherwise.
+    Claude Code's ``http`` hooks post once, lost in an outage; the branch and the agent's
+    newest text), and return what keeps the new cursor once the event is delivered or queued
+    (``.commit()``); None otherwise.
     """
     if options.harness != "claude-code":
         return None
@@ -630,8 +645,9 @@ def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
         from transcripts.sync import sync_collect  # type: ignore[import-not-found,no-redef]
     state_dir = os.path.join(os.path.dirname(options.outbox) or ".", "sync")
     sync = sync_collect(payload, state_dir=state_dir, loads=_loads, dumps=_dumps)
-    if sync is not None and sync.events:
-        payload["signet"]["sync"] = {"events": sync.events}
+    found = None if sync is None else sync.payload()
+    if found is not None:
+        payload["signet"]["sync"] = found
     return sync
 
 

@@ -1426,3 +1426,32 @@ def test_the_pre_compact_path_reads_the_transcript_without_heavy_modules(env, tm
     assert sent["git_branch"] == "main"
     heavy = {"collections", "dataclasses", "enum", "inspect", "json", "re", "typing"}
     assert set(proc.stderr.decode().split()) & heavy == set()
+
+
+def test_a_stop_that_does_not_say_its_message_is_given_it_from_the_transcript(
+    monkeypatch, outbox, tmp_path
+):
+    # Claude Code 2.0's Stop: no last_assistant_message (2.1 added it).
+    monkeypatch.setenv("SIGNET_TOKEN", TOKEN)
+    monkeypatch.setenv("SIGNET_OUTBOX", str(outbox))
+    answer = "Found the problem. " + "The backends initialise again and again. " * 60
+    answer += "\n\nNext I'll take a screenshot, then fix the subscription."
+    transcript = write_transcript(
+        tmp_path / "t.jsonl",
+        {"type": "user", "isSidechain": False, "message": {"role": "user", "content": "go"}},
+        assistant_line("msg_a", "req_a", 5, text=answer),
+    )
+    legacy = {key: value for key, value in STOP.items() if key != "last_assistant_message"}
+    with recording_server() as (url, received):
+        signet_hook.run(
+            ["--url", url, "claude-code"],
+            stdin=io.BytesIO(json.dumps({**legacy, "transcript_path": str(transcript)}).encode()),
+            stdout=io.BytesIO(),
+            watchdog=False,
+        )
+
+    sent = received[0].body["last_assistant_message"]
+    assert len(sent) <= 2000
+    assert sent.startswith("Found the problem. The backends initialise")
+    assert sent.endswith("Next I'll take a screenshot, then fix the subscription.")
+    assert received[0].body["signet"]["usage"]["context_tokens"] == 107

@@ -565,3 +565,177 @@ def test_the_client_sends_what_the_user_said_in_tool_results(tmp_path):
         ("prompt", "toolu_W", "actually maybe let's test this first"),
     ]
     assert found.events[0]["at"] == STAMP
+
+
+# --- what the lines say of the session now: its branch, the agent's last words ----------------
+
+
+def claude_line(
+    kind: str, content: Any, *, branch: str, at: str = STAMP, **extra: Any
+) -> dict[str, Any]:
+    """A main-chain line in the order of keys Claude Code writes them."""
+    return {
+        "parentUuid": None, "isSidechain": False, "userType": "external", "cwd": "/p",
+        "sessionId": SESSION, "version": VERSION, "gitBranch": branch, "type": kind,
+        "message": {"role": kind, "content": content}, "uuid": f"{kind}-{at}", "timestamp": at,
+        **extra,
+    }  # fmt: skip
+
+
+def said(
+    text: str, *, branch: str = "feat/limits", at: str = STAMP, **extra: Any
+) -> dict[str, Any]:
+    return claude_line("assistant", [{"type": "text", "text": text}], branch=branch, at=at, **extra)
+
+
+def test_the_client_sends_the_newest_branch_the_lines_carry(tmp_path):
+    transcript = started(tmp_path)
+    append(
+        transcript,
+        claude_line("user", "Add the rate limit", branch="main", promptId="p-1"),
+        said("On it.", branch="main"),
+        # Switched mid-session; then a detached head, and a line with none: no branch to name.
+        said("Branched off.", branch="feat/limits"),
+        said("Checked out a tag.", branch="HEAD"),
+        {"type": "system", "subtype": "turn_duration", "gitBranch": "", "timestamp": STAMP},
+    )
+
+    found = collect(transcript, tmp_path / "sync")
+    found.commit()
+    quiet = collect(transcript, tmp_path / "sync")
+
+    assert found.latest["git_branch"] == "feat/limits"
+    sent = found.payload()
+    assert sent is not None
+    assert sent["git_branch"] == "feat/limits"
+    assert quiet.payload() is None  # no new line: nothing to say
+
+
+def test_the_client_sends_the_agents_newest_text_clipped_as_the_reader_clips_it(tmp_path):
+    transcript = started(tmp_path)
+    long = "Found it. " + "The API points at localhost:5001. " * 80 + "\n\nNext: restart it."
+    bash = {"type": "tool_use", "id": "toolu_B", "name": "Bash", "input": {"command": "ls"}}
+    append(
+        transcript,
+        said("Looking at the upload."),
+        said(long, at="2026-11-27T00:12:00.000Z"),
+        claude_line("assistant", [bash], branch="feat/limits"),  # the call after it says nothing
+        {**said("A subagent's words."), "isSidechain": True},
+        said("No response requested.", message={"role": "assistant", "model": "<synthetic>",
+             "content": [{"type": "text", "text": "No response requested."}]}),
+    )  # fmt: skip
+
+    found = collect(transcript, tmp_path / "sync")
+
+    message = found.latest["last_assistant_message"]
+    assert message["at"] == "2026-11-27T00:12:00.000Z"
+    assert len(message["text"]) <= 2000
+    assert message["text"].startswith("Found it. The API points at localhost:5001.")
+    assert message["text"].endswith("Next: restart it.")  # the closing step survives the cut
+
+
+def test_what_the_agent_said_before_a_compaction_is_not_sent_as_its_latest(tmp_path):
+    transcript = started(tmp_path)
+    append(
+        transcript,
+        said("I'll restart the API next."),
+        {"type": "system", "subtype": "compact_boundary", "content": "Conversation compacted",
+         "gitBranch": "feat/limits", "timestamp": STAMP},
+    )  # fmt: skip
+
+    found = collect(transcript, tmp_path / "sync")
+
+    assert "last_assistant_message" not in found.latest
+    assert found.latest["git_branch"] == "feat/limits"
+
+
+def sync_latest(clock: Any, *, branch: str = "", text: str = "", **delta: float) -> dict[str, Any]:
+    sync: dict[str, Any] = {"events": []}
+    if branch:
+        sync["git_branch"] = branch
+    if text:
+        sync["last_assistant_message"] = {"text": text, "at": at(clock, **delta)}
+    return sync
+
+
+@pytest.mark.django_db
+def test_a_live_events_lines_give_the_session_its_branch_and_the_agents_last_words(hook, clock):
+    send(hook, payload("session_start_startup"))  # its cwd is not on this machine: no branch
+    body = payload("post_tool_use_edit", tool_use_id="t-1")
+    body["signet"] = {"sync": sync_latest(clock, branch="feat/limits", text="Port 5001 next.")}
+    assert send(hook, body).status_code == 200
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.git_branch == "feat/limits"
+    assert session.last_assistant_message == "Port 5001 next."
+
+    # A live prompt (the unlocked path) reads and writes them too.
+    clock.advance(minutes=1)
+    prompt = payload("user_prompt_submit", prompt="and the signup route", prompt_id="p-2")
+    prompt["signet"] = {"sync": sync_latest(clock, branch="main", text="Limiter wired in.")}
+    assert send(hook, prompt).status_code == 200
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.git_branch == "main"
+    assert session.last_assistant_message == "Limiter wired in."
+
+
+@pytest.mark.django_db
+def test_a_replayed_events_lines_change_neither_the_branch_nor_the_last_words(hook, clock):
+    send(hook, payload("session_start_startup"))
+    queued_at = clock.now
+    clock.advance(minutes=1)
+    stop = payload("stop", last_assistant_message="Signup is limited too.")
+    stop["signet"] = {"sync": sync_latest(clock, branch="feat/signup")}
+    send(hook, stop)
+    # The outbox held this one from before: its lines are older than the Stop's.
+    late = payload("post_tool_use_edit", tool_use_id="t-1")
+    late["signet"] = {
+        "queued_at": queued_at.isoformat(),
+        "sync": sync_latest(clock, branch="main", text="On it.", minutes=-1),
+    }
+    assert send(hook, late).status_code == 200
+
+    session = Session.objects.get(session_key=SESSION)
+    assert session.git_branch == "feat/signup"
+    assert session.last_assistant_message == "Signup is limited too."
+
+
+@pytest.mark.django_db
+def test_the_agents_words_from_before_the_latest_compaction_do_not_come_back(hook, clock):
+    send(hook, payload("session_start_startup"))
+    before = clock.now
+    clock.advance(minutes=1)
+    send(hook, payload("pre_compact_auto", transcript_path="/nonexistent/t.jsonl"))
+    send(hook, payload("session_start_compact"))
+    clock.advance(minutes=1)
+    # A live event whose client read, bounded, had not reached the compaction yet.
+    body = payload("post_tool_use_edit", tool_use_id="t-1")
+    body["signet"] = {"sync": {"events": [], "last_assistant_message": {
+        "text": "I'll restart the API next.", "at": before.isoformat()}}}  # fmt: skip
+    send(hook, body)
+    assert Session.objects.get(session_key=SESSION).last_assistant_message == ""
+
+    body["signet"]["sync"]["last_assistant_message"] = {"text": "Restarted.", "at": at(clock)}
+    send(hook, body)
+    assert Session.objects.get(session_key=SESSION).last_assistant_message == "Restarted."
+
+
+@pytest.mark.django_db
+def test_a_new_session_after_a_dead_one_recovers_its_branch_and_last_words(hook, clock):
+    from checkpoints.models import Checkpoint
+
+    send(hook, payload("session_start_startup"))
+    send(hook, payload("user_prompt_submit", prompt="Fix the upload 500s", prompt_id="p-1"))
+    clock.advance(seconds=30)
+    body = payload("post_tool_use_edit", tool_use_id="t-1")
+    body["signet"] = {"sync": sync_latest(
+        clock, branch="feat/phase-12", text="Found it: check port 5001 next.")}  # fmt: skip
+    send(hook, body)  # the session is killed mid-turn: no Stop, no SessionEnd
+    clock.advance(seconds=5)
+
+    send(hook, payload("session_start_startup", session_id="b7c1d2e3-0000-4000-8000-000000000003"))
+
+    written = Checkpoint.objects.get(session_key=SESSION)
+    assert written.git_branch == "feat/phase-12"
+    assert written.last_assistant_message == "Found it: check port 5001 next."

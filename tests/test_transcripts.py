@@ -1060,3 +1060,77 @@ def test_decisions_keep_the_last_twenty():
     facts = parse_lines(line.encode() for line in lines)
 
     assert facts.decisions == tuple(f"Question {n}? → Answer {n}" for n in range(5, 25))
+
+
+# --- A Stop that does not say what the turn's last response was (Claude Code 2.0) -----------
+
+
+def test_a_stop_without_its_message_waits_for_the_turns_answer_and_reads_it(tmp_path):
+    from hooks.transcripts.usage import read_answer
+    from tests.test_task_list import Steps
+
+    path = tmp_path / "t.jsonl"
+    call = tool_use("Bash", {"command": "cargo test"})
+    path.write_text(
+        "\n".join([
+            user("Why does the panel show nothing?"),
+            assistant([text("Let me run the applet standalone.")], msg_id="m1"),
+            assistant([call], msg_id="m1"),
+            user([{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}],
+                 toolUseResult={"stdout": "ok"}),
+        ]) + "\n"
+    )  # fmt: skip
+    # The turn's answer is written while Stop runs; a subagent's words do not answer it.
+    steps = Steps(path, {
+        1: [assistant([text("Its words.")], msg_id="s1", isSidechain=True)],
+        3: [assistant([{"type": "thinking", "thinking": "…"}], msg_id="m2")],
+        4: [assistant([text("Found it: the subscription never fires.")], msg_id="m2",
+                      tokens=(1, 9000, 10))],
+    })  # fmt: skip
+
+    usage, said = read_answer(path, clock=steps.clock, sleep=steps.sleep)
+
+    assert said == "Found it: the subscription never fires."
+    assert usage == {"context_tokens": 9011, "model": MODEL}
+    assert steps.sleeps == 4
+
+
+def test_a_stop_without_its_message_reads_no_words_from_before_a_compaction(tmp_path):
+    from hooks.transcripts.usage import read_answer
+    from tests.test_task_list import Steps
+
+    path = tmp_path / "t.jsonl"
+    boundary = {"type": "system", "subtype": "compact_boundary", "content": "Compacted"}
+    path.write_text(assistant([text("Before it.")]) + "\n" + dump(boundary) + "\n")
+    steps = Steps(path, {})
+
+    _, said = read_answer(path, wait=0.1, clock=steps.clock, sleep=steps.sleep)
+
+    assert said == ""
+
+
+def test_a_stop_without_its_message_does_not_wait_past_a_meta_line_or_an_api_error(tmp_path):
+    from hooks.transcripts.usage import read_answer
+    from tests.test_task_list import Steps
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "\n".join([
+            user("Run the tests."),
+            assistant([text("All 14 pass.")], msg_id="m1"),
+            user("<system-reminder>The task list is empty.</system-reminder>", isMeta=True),
+        ]) + "\n"
+    )  # fmt: skip
+    steps = Steps(path, {})
+
+    _, said = read_answer(path, clock=steps.clock, sleep=steps.sleep)
+
+    assert said == "All 14 pass."
+    assert steps.sleeps == 0
+    # A turn that an API error ended: nothing more will come, and its text is not the agent's.
+    failed = assistant([text("API Error: 529 Overloaded")], msg_id="m2", model="<synthetic>")
+    path.write_text(user("And the lint?") + "\n" + failed + "\n")
+    steps = Steps(path, {})
+    _, said = read_answer(path, clock=steps.clock, sleep=steps.sleep)
+    assert said == ""
+    assert steps.sleeps == 0

@@ -104,6 +104,18 @@ class AgentTasks:
 
 
 @dataclass(frozen=True)
+class TranscriptLatest:
+    """What a client found the session's transcript to say of it now, in the lines it read
+    since its last event (Claude Code's ``signet.sync``): the newest git branch a line
+    carries, and the agent's newest text and when it was written (None: not said). Raw, as
+    in ``Event``."""
+
+    git_branch: str = ""
+    last_assistant_message: str = ""
+    message_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ContextUsage:
     """How full the agent's context is, as its client reported it (``signet.usage``).
 
@@ -163,6 +175,8 @@ class Event:
     # What a client found in the transcript since its last event, in order: events the
     # harness should have posted itself, which the server may have missed (an outage).
     backlog: tuple[Event, ...] = ()
+    # ...and what those lines say of the session now (its branch, the agent's last words).
+    latest: TranscriptLatest | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

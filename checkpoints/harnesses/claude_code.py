@@ -10,7 +10,9 @@ Code posts once, in installs not yet upgraded; an outbox that dropped its oldest
 client finds in the transcript and sends with its next event as ``signet.sync``. Both name
 a prompt by the same id (the hook's ``prompt_id``, the transcript line's ``promptId``, since
 2.1.196), an edit by its ``tool_use_id`` and a compaction by the prompt it happened in: the
-``delivery_key`` that lets the engine apply each once.
+``delivery_key`` that lets the engine apply each once. With them the client sends the
+newest git branch of the lines it read and the agent's newest text in them, which a live
+event makes the session's (``engine/backlog.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from checkpoints.harnesses.base import (
     Outcome,
     PayloadError,
     PayloadSkips,
+    TranscriptLatest,
     clean_text,
     client_block,
     client_fields,
@@ -133,6 +136,11 @@ class ClaudeStyleAdapter:
         """The events a client found in the transcript (``signet.sync``); none here."""
         return ()
 
+    def latest_parse(self, client: dict[str, Any]) -> TranscriptLatest | None:
+        """What a client found the transcript to say of the session now (``signet.sync``);
+        nothing here."""
+        return None
+
     def parse(self, payload: dict[str, Any], *, event_name: str = "") -> Event:
         name = text_field(payload, "hook_event_name", required=True)
         session_key = identifier_field(payload, "session_id", required=True)
@@ -157,6 +165,7 @@ class ClaudeStyleAdapter:
         }
         extra = self.payload_extra(payload)
         common["backlog"] = self.backlog_parse(client, common)
+        common["latest"] = self.latest_parse(client)
         if kind is EventKind.SESSION_START:
             source = text_field(payload, "source")
             kept = source in self.conversation_kept_on
@@ -257,6 +266,29 @@ class ClaudeCodeAdapter(ClaudeStyleAdapter):
             if event is not None:
                 backlog.append(event)
         return tuple(backlog)
+
+    def latest_parse(self, client: dict[str, Any]) -> TranscriptLatest | None:
+        """``signet.sync.git_branch`` and ``signet.sync.last_assistant_message`` (``{"text",
+        "at"}``): the newest branch the client's lines carry and the agent's newest text in
+        them (``hooks/transcripts/sync.py``); None when it sent neither."""
+        sync = client.get("sync")
+        if not isinstance(sync, dict):
+            return None
+        where = "signet.sync."
+        branch = text_field(sync, "git_branch", where=where)[:SYNC_TEXT_CHARS].strip()
+        said = sync.get("last_assistant_message")
+        if said is not None and not isinstance(said, dict):
+            raise PayloadError(f"'{where}last_assistant_message' must be an object.")
+        said = said or {}
+        where = f"{where}last_assistant_message."
+        message = text_field(said, "text", where=where)[:SYNC_TEXT_CHARS].strip()
+        if not branch and not message:
+            return None
+        return TranscriptLatest(
+            git_branch=branch,
+            last_assistant_message=message,
+            message_at=_happened_at(said.get("at")) if message else None,
+        )
 
     def _backlog_event(self, item: dict[str, Any], base: dict[str, Any]) -> Event | None:
         kind = item.get("type")

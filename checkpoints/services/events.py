@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import re
 
-from checkpoints.harnesses.base import AgentTasks, Event, TranscriptExtract
+from checkpoints.harnesses.base import AgentTasks, Event, TranscriptExtract, TranscriptLatest
 from checkpoints.services.redaction import redact_clip
 from checkpoints.services.store import MAX_PROMPTS, CheckpointContent
 
@@ -83,6 +83,15 @@ def event_prepare(event: Event) -> Event:
         files=tuple(redact_clip(path, PATH_KEEP_CHARS) for path in event.files),
         decisions=tuple(redact_clip(item, DECISION_KEEP_CHARS) for item in event.decisions),
         backlog=tuple(event_prepare(item) for item in event.backlog),
+        latest=None
+        if event.latest is None
+        else TranscriptLatest(
+            git_branch=_redacted_field(event.latest.git_branch, BRANCH_KEEP_CHARS),
+            last_assistant_message=redact_clip(
+                event.latest.last_assistant_message, MESSAGE_KEEP_CHARS
+            ),
+            message_at=event.latest.message_at,
+        ),
         tasks=None
         if event.tasks is None
         else AgentTasks(

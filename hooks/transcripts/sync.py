@@ -17,6 +17,13 @@ text typed on rejecting a call (a prompt) and the answers to the agent's questio
 sent from its queue line: that has no id a hook knows, and it may still come back as a user
 line that has one.
 
+Beside the events, what the new lines say of the session now: the newest ``gitBranch`` a
+line carries (not ``HEAD``, a detached head's, nor an empty one: Claude Code reads it where
+the agent works, so a branch switched mid-session shows here first), and the main agent's
+newest text with its time, clipped as the transcript reader clips it
+(``claude_code.message_text``), unless a compaction came after it. A session killed
+mid-turn sends no Stop: this is what it last said, as of its last hook.
+
 Where the last one stopped is kept per session in a small file beside the outbox
 (``<outbox folder>/sync/<session_id>.json``: the transcript's path and a byte offset at a
 line start), moved on once the event is delivered or queued in the outbox, which then
@@ -39,13 +46,14 @@ from .claude_code import (
     MAX_PATH_CHARS,
     _text_of,
     answer_decisions,
+    message_text,
     rejection_text,
     result_mark,
     summary_text,
     typed_text,
     user_said,
 )
-from .usage import is_tool_result
+from .usage import SYNTHETIC_MODEL, is_tool_result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,6 +71,7 @@ SYNC_MAX_CHARS = 64_000
 # A line longer than this is skipped unread: no prompt is, and an edit's content is not needed.
 SKIP_CHUNK_BYTES = 1024 * 1024
 PROMPT_CHARS = 2000
+MAX_BRANCH_CHARS = 255
 # UserPromptSubmit carries ``prompt_id`` from this version on: before it, the server could
 # not tell a prompt it got from one it missed, so those are not sent.
 PROMPT_ID_VERSION = (2, 1, 196)
@@ -70,6 +79,11 @@ PROMPT_ID_VERSION = (2, 1, 196)
 STATE_MAX_AGE_SECONDS = 30 * 24 * 3600
 _SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _MARKS = (b'"type":"user"', b'"type":"assistant"')
+# Bare quotes: a line's own key, never text inside a string (where quotes are escaped).
+_BRANCH_KEY = b'"gitBranch":"'
+_BOUNDARY_MARK = b'"compact_boundary"'
+# What Claude Code writes for a detached head: no branch to name.
+_DETACHED = b"HEAD"
 
 
 class Sync:
@@ -77,13 +91,29 @@ class Sync:
     event is delivered or queued (``commit``)."""
 
     def __init__(
-        self, state_path: str, transcript: str, offset: int, events: list[Any], dumps: Dumps
+        self,
+        state_path: str,
+        transcript: str,
+        offset: int,
+        events: list[Any],
+        dumps: Dumps,
+        latest: dict[str, Any] | None = None,
     ) -> None:
         self.state_path = state_path
         self.transcript = transcript
         self.offset = offset
         self.events = events
         self.dumps = dumps
+        # What the new lines say of the session now: ``git_branch`` and
+        # ``last_assistant_message`` ({"text", "at"}), each only when they hold one.
+        self.latest = latest or {}
+
+    def payload(self) -> dict[str, Any] | None:
+        """``signet.sync``: the events and what the lines say of the session now; None when
+        the lines held nothing to send."""
+        if not self.events and not self.latest:
+            return None
+        return {"events": self.events, **self.latest}
 
     def commit(self) -> None:
         """Keep the new cursor; best-effort (a cursor not kept sends the same events again,
@@ -129,20 +159,23 @@ def sync_collect(
         return Sync(state_path, path, size, [], dumps)
     if not 0 <= offset <= size:
         return Sync(state_path, path, size, [], dumps)  # rewritten: start again at its end
-    events, offset = _read_events(path, offset, size, loads)
-    return Sync(state_path, path, offset, events, dumps)
+    events, offset, latest = _read_events(path, offset, size, loads)
+    return Sync(state_path, path, offset, events, dumps, latest)
 
 
-def _read_events(path: str, offset: int, size: int, loads: Loads) -> tuple[list[Any], int]:
-    """The events of the whole lines from ``offset`` on, and where reading stopped."""
+def _read_events(
+    path: str, offset: int, size: int, loads: Loads
+) -> tuple[list[Any], int, dict[str, Any]]:
+    """The events of the whole lines from ``offset`` on, where reading stopped, and what the
+    lines read say of the session now (``Sync.latest``)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
             data = handle.read(min(size - offset, SYNC_MAX_BYTES))
             if data and b"\n" not in data and len(data) == SYNC_MAX_BYTES:
-                return [], _skip_line(handle, offset + len(data), size)
+                return [], _skip_line(handle, offset + len(data), size), {}
     except (OSError, ValueError):
-        return [], offset
+        return [], offset, {}
     scan = _Scan(loads)
     start = 0
     chars = 0
@@ -158,6 +191,10 @@ def _read_events(path: str, offset: int, size: int, loads: Loads) -> tuple[list[
         scan.line(data[start:end], start)
         chars += sum(map(_chars, scan.events[found:]))
         start = end + 1
+    latest = scan.latest()
+    branch = _newest_branch(data, start)
+    if branch:
+        latest["git_branch"] = branch
     # An edit whose result is not written yet waits for the next event, which knows whether
     # it failed; so do the lines after it. (Unless nothing could be sent at all: then the
     # edit counts, as one whose result never came.)
@@ -165,7 +202,21 @@ def _read_events(path: str, offset: int, size: int, loads: Loads) -> tuple[list[
     if held is not None and (held[0] > 0 or not full):
         start, count = held
         del scan.events[count:]
-    return [event for event in scan.events if event is not None], offset + start
+    return [event for event in scan.events if event is not None], offset + start, latest
+
+
+def _newest_branch(data: bytes, end: int) -> str:
+    """The last ``"gitBranch":"<name>"`` before ``end`` whose name is a branch (not empty,
+    not ``HEAD``, no quote or backslash in it); '' when none is."""
+    at = data.rfind(_BRANCH_KEY, 0, end)
+    while at >= 0:
+        begin = at + len(_BRANCH_KEY)
+        close = data.find(b'"', begin, end)
+        name = data[begin:close] if close >= 0 else b""
+        if name and b"\\" not in name and name != _DETACHED:
+            return name.decode("utf-8", "replace")[:MAX_BRANCH_CHARS]
+        at = data.rfind(_BRANCH_KEY, 0, at)
+    return ""
 
 
 def _chars(event: dict[str, Any] | None) -> int:
@@ -210,6 +261,16 @@ class _Scan:
         # Edit calls without a result yet: the mark of the result's id -> (tool id, event
         # index, where its line starts, its response's message id).
         self.pending: dict[bytes, tuple[str, int, int, str]] = {}
+        # The main agent's newest text and its line's time, unclipped; none once a
+        # compaction follows it.
+        self.said: tuple[str, str] | None = None
+
+    def latest(self) -> dict[str, Any]:
+        """The main agent's newest text, as ``Sync.latest`` holds it."""
+        if self.said is None:
+            return {}
+        text, at = self.said
+        return {"last_assistant_message": {"text": message_text(text), "at": at}}
 
     def held(self) -> tuple[int, int] | None:
         """Where the first line of a pending edit starts and how many events came before it."""
@@ -239,6 +300,8 @@ class _Scan:
                 self.starts += [start] * (len(self.events) - len(self.starts))
             return
         if not any(mark in line for mark in _MARKS):
+            if _BOUNDARY_MARK in line:
+                self.said = None  # what the agent said before a compaction is not its latest
             return
         record = self._parse(line)
         if record is None or record.get("isSidechain") is True:
@@ -253,7 +316,10 @@ class _Scan:
             message_id = message_id if isinstance(message_id, str) else ""
             if any(item[3] != message_id or not message_id for item in self.pending.values()):
                 self.pending.clear()  # a new response: the calls before it got no result
-            self._edits(message.get("content"), at, start, message_id)
+            content = message.get("content")
+            self._edits(content, at, start, message_id)
+            if message.get("model") != SYNTHETIC_MODEL:  # an API error's, not the agent's
+                self._text(content, at)
         elif record.get("type") == "user":
             content = message.get("content")
             if isinstance(content, list) and any(
@@ -308,6 +374,19 @@ class _Scan:
                 )
             for decision in answer_decisions(block, record.get("toolUseResult")):
                 self.events.append({"type": "decision", "id": tool_id, "text": decision, "at": at})
+
+    def _text(self, content: Any, at: str) -> None:
+        if isinstance(content, str):
+            if content.strip():
+                self.said = (content, at)
+            return
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str) and text.strip():
+                    self.said = (text, at)
 
     def _edits(self, content: Any, at: str, start: int, message_id: str) -> None:
         if not isinstance(content, list):

@@ -33,6 +33,9 @@ SYNTHETIC_MODEL = "<synthetic>"
 
 _TOOL_RESULT_MARK = b'"toolUseResult":'
 _ASSISTANT_MARK = b'"type":"assistant"'
+_USER_MARK = b'"type":"user"'
+_SIDECHAIN_MARK = b'"isSidechain":true'
+_META_MARK = b'"isMeta":true'  # a hook's or a skill's text, not a turn
 # Only lines holding one of these can change the context size: a response or a compaction.
 _USAGE_MARKS = (b'"usage"', b'"compact_boundary"')
 # Stop runs as the last response starts streaming, often before Claude Code has written it
@@ -196,6 +199,48 @@ def read_usage_after(
     if not expected or wait <= 0:
         return read_usage(path, max_bytes=max_bytes, loads=loads)
     mark = b'"promptId":"' + prompt_id.encode("utf-8", "replace") + b'"' if prompt_id else b""
+    watch = _ResponseWatch(expected, mark)
+    return _wait_for(
+        path, watch, wait=wait, max_bytes=max_bytes, loads=loads, clock=clock, sleep=sleep
+    )
+
+
+def read_answer(
+    path: str | os.PathLike[str],
+    *,
+    wait: float = RESPONSE_WAIT_SECONDS,
+    max_bytes: int = USAGE_MAX_BYTES,
+    loads: Callable[[bytes], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[dict[str, Any] | None, str]:
+    """``read_usage`` and the main agent's last text (unclipped; '' for none since the tail's
+    last compaction), for a Stop that does not say what the turn's last response was
+    (Claude Code before 2.1 sends no ``last_assistant_message``).
+
+    A turn ends on a response with text and no tool call, so the response is in the
+    transcript once the last main-chain user or assistant line is one with text: that is
+    waited for, at most ``wait`` seconds; then what the file holds is read.
+    """
+    watch = _AnswerWatch()
+    usage = _wait_for(
+        path, watch, wait=wait, max_bytes=max_bytes, loads=loads, clock=clock, sleep=sleep
+    )
+    return usage, watch.last_text
+
+
+def _wait_for(
+    path: str | os.PathLike[str],
+    watch: _ResponseWatch,
+    *,
+    wait: float,
+    max_bytes: int,
+    loads: Callable[[bytes], Any] | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> dict[str, Any] | None:
+    """The usage once a read's lines satisfy ``watch`` (read again each time the file grew),
+    or once ``wait`` seconds have passed: what the file holds then."""
     give_up = clock() + wait
     size = -1
     usage = None
@@ -206,14 +251,10 @@ def read_usage_after(
             return None
         if now_size != size:
             size = now_size
-            watch = _ResponseWatch(expected, mark)
             usage = _scan(path, max_bytes=max_bytes, loads=loads, watch=watch)
             if watch.found():
                 return usage
-            # The prompt is written as the turn starts: a tail without it (a long turn, a
-            # version without prompt ids) is judged by the text alone from now on.
-            if not watch.prompt_seen:
-                mark = b""
+            watch.reset()
         if clock() >= give_up:
             return usage
         sleep(RESPONSE_POLL_SECONDS)
@@ -222,9 +263,18 @@ def read_usage_after(
 class _ResponseWatch:
     """Whether the lines of one read hold the expected last response (``read_usage_after``)."""
 
-    def __init__(self, expected: str, prompt_mark: bytes) -> None:
+    def __init__(self, expected: str = "", prompt_mark: bytes = b"") -> None:
         self.expected = expected
         self.prompt_mark = prompt_mark
+        self.prompt_seen = False
+        self.last_text = ""
+
+    def reset(self) -> None:
+        """Before another read of the tail. The prompt is written as the turn starts: after
+        a read whose tail lacked it (a long turn, a version without prompt ids), the text
+        alone decides."""
+        if not self.prompt_seen:
+            self.prompt_mark = b""
         self.prompt_seen = False
         self.last_text = ""
 
@@ -259,6 +309,55 @@ class _ResponseWatch:
         return (
             after_prompt and bool(text) and (text == self.expected or self.expected.endswith(text))
         )
+
+
+class _AnswerWatch(_ResponseWatch):
+    """Whether the last main-chain user or assistant line of one read is a response with
+    text (``read_answer``); ``last_text`` is the newest such text since a compaction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered = False
+
+    def reset(self) -> None:
+        super().reset()
+        self.answered = False
+
+    def line(self, line: bytes) -> None:
+        if _USER_MARK in line and _SIDECHAIN_MARK not in line and _META_MARK not in line:
+            self.answered = False  # a prompt, a tool result: the answer is still to come
+
+    def record(self, record: dict[str, Any]) -> None:
+        if record.get("subtype") == "compact_boundary":  # what came before is not the latest
+            self.last_text = ""
+            self.answered = False
+            return
+        message = record.get("message")
+        if (
+            record.get("type") != "assistant"
+            or record.get("isSidechain", False) is not False
+            or not isinstance(message, dict)
+        ):
+            return
+        if message.get("model") == SYNTHETIC_MODEL:
+            self.answered = True  # an API error ended the turn: its text is not the agent's
+            return
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str) and text.strip():
+                    self.last_text = text.strip()
+                    self.answered = True
+            elif block.get("type") == "tool_use":
+                self.answered = False  # a call: the turn goes on
+
+    def found(self) -> bool:
+        return self.answered
 
 
 def _scan(

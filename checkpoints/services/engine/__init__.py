@@ -32,6 +32,7 @@ from checkpoints.services.engine.backlog import (
     delivery_digest,
     delivery_record,
     delivery_seen,
+    latest_record,
 )
 from checkpoints.services.engine.handlers import HANDLERS, Step, tasks_record
 from checkpoints.services.events import event_prepare, facts_content
@@ -96,6 +97,14 @@ PROMPT_FIELDS = (
     # Its prompt id, remembered so that a client's backlog does not count it again.
     "delivered_keys",
     "row_version",
+)
+# ...and what it reads when its client found the branch or the agent's last text in the
+# transcript (``backlog.latest_record``).
+PROMPT_LATEST_FIELDS = (
+    *PROMPT_FIELDS,
+    "git_head",
+    "last_assistant_message",
+    "compaction_started_at",
 )
 # Every column: what a prompt reads once its periodic checkpoint is due (the checkpoint
 # takes the whole row).
@@ -187,6 +196,9 @@ def _apply(
     backlog_marked = bool(backlog) and backlog_apply(
         session=session, events=backlog, config=config, now=now
     )
+    # ...and what its lines say of the session now, which a late event's no longer do.
+    if event.latest is not None and not replayed:
+        latest_record(session=session, latest=event.latest, now=now)
     # Like the usage, a late task list is stale.
     if event.tasks is not None and not replayed:
         tasks_record(session=session, tasks=event.tasks)
@@ -220,7 +232,7 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
     None when the prompt lost the race ``UNLOCKED_ATTEMPTS`` times: the caller then takes
     the locked path.
     """
-    fields: tuple[str, ...] = PROMPT_FIELDS
+    fields: tuple[str, ...] = PROMPT_FIELDS if event.latest is None else PROMPT_LATEST_FIELDS
     lost = 0
     while lost < UNLOCKED_ATTEMPTS:
         read = session_read(owner=owner, session_key=event.session_key, fields=fields)
@@ -231,13 +243,13 @@ def _prompt_unlocked(*, owner: User, event: Event, config: ContinuityConfig) -> 
             )
         else:
             session = read.session
-            if fields is PROMPT_FIELDS and pending_due(
+            if fields is not ALL_FIELDS and pending_due(
                 pending_since=session.checkpoint_pending_since, config=config, now=now
             ):
                 fields = ALL_FIELDS  # the periodic checkpoint it writes takes the whole row
                 continue
         step = _apply(session, event, config, now, None)
-        if step.checkpoint is not None and read is not None and fields is PROMPT_FIELDS:
+        if step.checkpoint is not None and read is not None and fields is not ALL_FIELDS:
             # Due at once, within the prompt (a usage mark with no debounce): built on a
             # part of the row, each missing column would be a query of its own.
             fields = ALL_FIELDS

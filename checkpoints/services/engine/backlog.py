@@ -23,6 +23,12 @@ the session's decisions only if they do not hold it yet.
 Order: a prompt the server missed goes into the recent prompts before those that happened
 after it (the times remembered with the digests say which), not after the ones that arrived
 while it was missing.
+
+What the lines say of the session now (``Event.latest``: the newest branch, the agent's
+newest text) is taken from a live event only: one replayed from an outbox is as old as the
+lines it read, and a later event's lines said it newer. The agent's text is not taken when
+it was written before the session's latest compaction, whose cycle ended the session's last
+message (``handlers._compaction_mark``).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 
-from checkpoints.harnesses.base import Event, EventKind
+from checkpoints.harnesses.base import Event, EventKind, TranscriptLatest
 from checkpoints.models import ContinuityConfig, Session
 from checkpoints.services.engine.handlers import prompt_intent_record, summary_record
 from checkpoints.services.events import (
@@ -148,3 +154,22 @@ def _prompt_insert(session: Session, event: Event, happened_at: datetime) -> Non
     terms = query_terms(event.prompt)
     if terms and terms not in session.recent_queries:
         session.recent_queries = [*session.recent_queries, terms][-MAX_QUERIES:]
+
+
+def latest_record(*, session: Session, latest: TranscriptLatest, now: datetime) -> None:
+    """Make what a live event's transcript lines say of the session now its own: the branch
+    they carry (the head known is the previous branch's, so it is dropped with it), and the
+    agent's newest text unless it was written before the latest compaction began."""
+    branch = latest.git_branch
+    if branch and branch != session.git_branch:
+        session.git_branch = branch
+        session.git_head = ""
+    message = latest.last_assistant_message
+    if not message or message == session.last_assistant_message:
+        return
+    said_at = min(latest.message_at or now, now)
+    started = session.compaction_started_at
+    if started is not None and said_at < started:
+        return
+    session.last_assistant_message = message
+    session.changed_since_checkpoint = True
