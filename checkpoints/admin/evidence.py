@@ -105,6 +105,7 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
             {
                 "fields": [
                     "goal",
+                    "goal_source",
                     "current_task",
                     "next_steps_list",
                     "agent_next_steps_list",
@@ -115,6 +116,7 @@ class SessionAdmin(ReadOnlyAdmin[Session]):
                     "recent_remembers_list",
                     "modified_files_list",
                     "compact_summary",
+                    "summary_prompt",
                     "last_assistant_message",
                 ]
             },
