@@ -651,6 +651,58 @@ def transcript_sync(options: Options, payload: dict[str, Any]) -> Any:
     return sync
 
 
+def catch_up_collect(options: Options, payload: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
+    """At a new Claude Code session's start (``startup``): the catch-up of each other session
+    of its project folder whose transcript grew since its last event (``sync.sync_stale``: a
+    session killed mid-turn sends nothing of its last lines), as ``(payload, sync)`` pairs.
+    Each payload is that session's own ``SignetSync`` event: nothing happened, it only
+    carries ``signet.sync``; ``sync.commit()`` moves its cursor once it is delivered or
+    queued. Sent before the start itself, whose project flush then writes them."""
+    if (
+        options.harness != "claude-code"
+        or payload.get("hook_event_name") != "SessionStart"
+        or payload.get("source") != "startup"
+    ):
+        return []
+    if __package__:
+        from .transcripts import sync as reader
+    else:
+        import transcripts.sync as reader  # type: ignore[no-redef]
+    state_dir = os.path.join(os.path.dirname(options.outbox) or ".", "sync")
+    # Where the project is, as the new session's own event says (not its branch: the other
+    # session's lines carry their own).
+    project = {
+        name: value
+        for name, value in payload.get("signet", {}).items()
+        if name in ("project_normalized", "git_root")
+    }
+    found = []
+    for session_id, path in reader.sync_stale(payload, state_dir=state_dir, loads=_loads):
+        other: dict[str, Any] = {
+            "hook_event_name": CATCH_UP_EVENT,
+            "session_id": session_id,
+            "transcript_path": path,
+        }
+        if isinstance(payload.get("cwd"), str):
+            other["cwd"] = payload["cwd"]
+        sync = reader.sync_collect(other, state_dir=state_dir, loads=_loads, dumps=_dumps)
+        if sync is None:
+            continue
+        body = sync.payload()
+        if body is None:  # only lines with nothing to send (or one still being written)
+            sync.commit()
+            continue
+        other["signet"] = {**project, "sync": body}
+        found.append((other, sync))
+    return found
+
+
+# The event a catch-up is sent as (``checkpoints/harnesses/claude_code.py``), and the part of
+# the start's time its catch-ups may take at most; the start itself has the rest.
+CATCH_UP_EVENT = "SignetSync"
+CATCH_UP_SHARE = 0.5
+
+
 # Refusals of the payload itself: the same events would be refused again, and the session's
 # next events with them. Any other refusal (a token, a URL) keeps them for when it is fixed.
 SYNC_REFUSED = (400, 413, 422)
@@ -1380,9 +1432,21 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
         sync = transcript_sync(options, payload)
     except Exception:  # a reader bug must not cost the event itself
         sync = None
+    try:
+        catch_ups = catch_up_collect(options, payload)
+    except Exception:  # a reader bug must not cost the event itself
+        catch_ups = []
     key = _new_key()
 
+    def catch_up_queue() -> None:
+        # Before the start's own event: the outbox replays in order.
+        while catch_ups:
+            other, other_sync = catch_ups.pop(0)
+            outbox_append(options.outbox, outbox_entry(options, _new_key(), other))
+            other_sync.commit()
+
     def queue() -> None:
+        catch_up_queue()
         outbox_append(options.outbox, outbox_entry(options, key, payload))
         if sync is not None:
             sync.commit()  # the outbox carries what it found now
@@ -1438,6 +1502,28 @@ def run(argv: list[str] | None, *, stdin: IO[bytes], stdout: IO[bytes], watchdog
         if guard is not None:
             guard.on_expiry = None
         return f"{stalled.describe()} on replaying the outbox; event queued in {options.outbox}"
+    if catch_ups:
+        # The other sessions' catch-ups, each as its own event, within a share of the time
+        # left: what cannot be sent in it is queued, and the start goes on.
+        share = Deadline(deadline.remaining() * CATCH_UP_SHARE)
+        while catch_ups and share.remaining() > 0:
+            other, other_sync = catch_ups[0]
+            other_key = _new_key()
+            sent = post_event(
+                options.endpoint,
+                _dumps(other).encode("ascii"),
+                token=token,
+                key=other_key,
+                timeout=share.remaining(),
+            )
+            if sent.status is not None:
+                on_answer()
+            if not sent.delivered and sent.retryable:
+                break  # queued below, with the ones after it
+            catch_ups.pop(0)
+            if sent.delivered or sent.status in SYNC_REFUSED:
+                other_sync.commit()
+        catch_up_queue()
     # After answers to the replay the server is known to be up: the whole timeout again.
     timeout = patience if answered else deadline.remaining()
     if answered and guard is not None:

@@ -65,6 +65,8 @@ class EventKind(enum.StrEnum):
     POST_COMPACT = "post_compact"
     STOP = "stop"
     SESSION_END = "session_end"
+    # Nothing happened: the event only carries what its client found in the transcript.
+    SYNC = "sync"
     UNKNOWN = "unknown"
 
 

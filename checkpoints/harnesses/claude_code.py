@@ -12,7 +12,9 @@ a prompt by the same id (the hook's ``prompt_id``, the transcript line's ``promp
 2.1.196), an edit by its ``tool_use_id`` and a compaction by the prompt it happened in: the
 ``delivery_key`` that lets the engine apply each once. With them the client sends the
 newest git branch of the lines it read and the agent's newest text in them, which a live
-event makes the session's (``engine/backlog.py``).
+event makes the session's (``engine/backlog.py``). A session killed mid-turn sends no more
+events: the next session started in its project sends its catch-up for it first, as a
+``SignetSync`` event, which does nothing but apply its ``signet.sync``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ KINDS = {
     "SessionEnd": EventKind.SESSION_END,
     # Not a Claude Code event: what a client sends to keep a note explicitly.
     "Remember": EventKind.REMEMBER,
+    # Not a Claude Code event either: a session's catch-up (``signet.sync`` and nothing
+    # else) that a new session's start sends for it, when its transcript grew after its
+    # last hook (killed mid-turn: ``hooks/transcripts/sync.py``).
+    "SignetSync": EventKind.SYNC,
 }
 CONTEXT_EVENTS = {EventKind.SESSION_START: "SessionStart", EventKind.PROMPT: "UserPromptSubmit"}
 REMEMBER_PREFIXES = ("/remember", "#")

@@ -31,6 +31,14 @@ carries it. The first event of a session seen here starts at the transcript's en
 came before was not ours to send). Each event reads at most ``SYNC_MAX_BYTES`` and sends at
 most ``SYNC_MAX_EVENTS``; the next takes over where it stopped, so any outage is caught up.
 
+A session killed mid-turn (a crash, a closed terminal) fires no hook for its last lines: what
+the agent said after its last Read or Bash call would never be sent. So a new session's
+start (Claude Code's ``startup``) first catches up the other sessions of its project folder
+whose transcripts grew since their last event (``sync_stale``: at most
+``CATCH_UP_SESSIONS``, the newest first, modified within ``CATCH_UP_MAX_AGE_SECONDS``, and
+only ones with a cursor, seen live here); the hook client sends each as that session's
+``SignetSync`` event, before the new session's start, whose project flush then writes them.
+
 Standard library, and only what the hook has loaded: it runs at every event.
 """
 
@@ -77,6 +85,11 @@ MAX_BRANCH_CHARS = 255
 PROMPT_ID_VERSION = (2, 1, 196)
 # Cursors of sessions untouched this long are deleted when a new one is made.
 STATE_MAX_AGE_SECONDS = 30 * 24 * 3600
+# A new session's catch-up of its project's other sessions (``sync_stale``).
+CATCH_UP_SESSIONS = 3
+CATCH_UP_MAX_AGE_SECONDS = 6 * 3600
+# Transcripts of the folder looked at, at most: a folder of thousands costs one listing.
+CATCH_UP_MAX_FILES = 200
 _SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _MARKS = (b'"type":"user"', b'"type":"assistant"')
 # Bare quotes: a line's own key, never text inside a string (where quotes are escaped).
@@ -133,14 +146,9 @@ def sync_collect(
     names no session or transcript."""
     session_id = payload.get("session_id")
     path = payload.get("transcript_path")
-    if (
-        not isinstance(session_id, str)
-        or not 0 < len(session_id) <= 128
-        or session_id[0] == "."
-        or not _SESSION_ID_CHARS.issuperset(session_id)
-        or not isinstance(path, str)
-        or not path
-    ):
+    if not isinstance(session_id, str) or not _is_session_id(session_id):
+        return None
+    if not isinstance(path, str) or not path:
         return None
     state_path = os.path.join(state_dir, f"{session_id}.json")
     state = _state_read(state_path, loads)
@@ -161,6 +169,58 @@ def sync_collect(
         return Sync(state_path, path, size, [], dumps)  # rewritten: start again at its end
     events, offset, latest = _read_events(path, offset, size, loads)
     return Sync(state_path, path, offset, events, dumps, latest)
+
+
+def sync_stale(
+    payload: dict[str, Any], *, state_dir: str, loads: Loads, now: float | None = None
+) -> list[tuple[str, str]]:
+    """The other sessions of the folder of the payload's transcript whose transcripts grew
+    past their cursor, as ``(session_id, transcript path)``, the most recently modified first:
+    at most ``CATCH_UP_SESSIONS``, each modified within ``CATCH_UP_MAX_AGE_SECONDS``. A
+    transcript without a cursor here (a session this machine's hooks never saw) is left
+    alone, as is the payload's own."""
+    path = payload.get("transcript_path")
+    own = payload.get("session_id")
+    if not isinstance(path, str) or not path:
+        return []
+    folder = os.path.dirname(path)
+    oldest = (time.time() if now is None else now) - CATCH_UP_MAX_AGE_SECONDS
+    found: list[tuple[float, str, str, int]] = []
+    try:
+        with os.scandir(folder or ".") as entries:
+            for count, entry in enumerate(entries):
+                if count >= CATCH_UP_MAX_FILES:
+                    break
+                name = entry.name
+                if not name.endswith(".jsonl") or entry.path == path:
+                    continue
+                session_id = name[: -len(".jsonl")]
+                if session_id == own or not _is_session_id(session_id):
+                    continue
+                info = entry.stat()
+                if stat.S_ISREG(info.st_mode) and info.st_mtime >= oldest:
+                    found.append((info.st_mtime, session_id, entry.path, info.st_size))
+    except OSError:
+        return []
+    stale: list[tuple[str, str]] = []
+    for _, session_id, transcript, size in sorted(found, reverse=True):
+        if len(stale) >= CATCH_UP_SESSIONS:
+            break
+        state = _state_read(os.path.join(state_dir, f"{session_id}.json"), loads)
+        if state is None or state.get("transcript") != transcript:
+            continue
+        offset = state.get("offset")
+        if isinstance(offset, int) and 0 <= offset < size:
+            stale.append((session_id, transcript))
+    return stale
+
+
+def _is_session_id(session_id: str) -> bool:
+    return (
+        0 < len(session_id) <= 128
+        and session_id[0] != "."
+        and _SESSION_ID_CHARS.issuperset(session_id)
+    )
 
 
 def _read_events(

@@ -374,6 +374,15 @@ def _on_session_end(
     return Step()
 
 
+def _on_sync(
+    session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
+) -> Step:
+    # A catch-up (``SignetSync``): ``_apply`` applied its backlog and latest; what they
+    # changed is written with the session's next checkpoint (a new start's project flush).
+    pending_flush_if_due(session=session, config=config, now=now)
+    return Step(newly_pending=pending_mark_if_due(session=session, config=config, now=now))
+
+
 def _on_unknown(
     session: Session, event: Event, config: ContinuityConfig, now: datetime, _: object
 ) -> Step:
@@ -391,5 +400,6 @@ HANDLERS: dict[EventKind, Handler] = {
     EventKind.POST_COMPACT: _on_post_compact,
     EventKind.STOP: _on_stop,
     EventKind.SESSION_END: _on_session_end,
+    EventKind.SYNC: _on_sync,
     EventKind.UNKNOWN: _on_unknown,
 }
