@@ -20,7 +20,7 @@ from bench.recovery_eval import COLUMNS, TAIL_CHARS, carried, evaluate, table
 from bench.wsgi_service import Service, owner_token
 
 SESSION = "5b0e2c4a-8f3d-4c1e-9a7b-2d6f1e3c9b80"
-CWD = "/home/dana/work/invoices"
+CWD = "/home/dana/projects/invoices"
 
 
 class Transcript:
