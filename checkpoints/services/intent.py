@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+from checkpoints.services.text import shorten
 from hooks.transcripts.prompts import goal_worthy
 
 DECISION_CHARS = 300
@@ -103,7 +104,7 @@ def decisions_in(prompt: str) -> list[str]:
             ):
                 continue
             if _RULE_OPENING.match(sentence) or _USE_NOT.search(sentence) or _MUST.search(sentence):
-                found.append(_clip(sentence, DECISION_CHARS))
+                found.append(shorten(sentence, DECISION_CHARS))
     return found
 
 
@@ -120,12 +121,3 @@ def decisions_add(decisions: list[str], new: list[str]) -> list[str]:
 
 def _key(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(".!")
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    if " " in cut[limit // 2 :]:
-        cut = cut[: cut.rfind(" ")]
-    return cut + "…"

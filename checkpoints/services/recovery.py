@@ -32,6 +32,7 @@ from checkpoints.services.statements import (
     statement_run,
     statement_values,
 )
+from checkpoints.services.text import shorten
 from hooks.transcripts.prompts import goal_worthy
 
 HEADER = "## Session Recovery Context"
@@ -257,16 +258,6 @@ def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
 
 
-def _shorten(text: str, limit: int) -> str:
-    """``text`` within ``limit`` chars, cut at a word boundary with an ellipsis if needed."""
-    if len(text) <= limit:
-        return text
-    cut = text[: max(0, limit - 1)]
-    if " " in cut[limit // 2 :]:
-        cut = cut[: cut.rfind(" ")]
-    return cut + "…"
-
-
 def _shorten_sentence(text: str, limit: int) -> str:
     """``text`` within ``limit`` chars, cut after the last sentence that ends in its second
     half, else at a word boundary, with an ellipsis if cut."""
@@ -276,7 +267,7 @@ def _shorten_sentence(text: str, limit: int) -> str:
     end = max(cut.rfind(mark) for mark in (". ", "! ", "? ", ".) "))
     if end >= limit // 2:
         return cut[: end + 1] + " …"
-    return _shorten(text, limit)
+    return shorten(text, limit)
 
 
 def _shorten_start(text: str, limit: int) -> str:
@@ -295,7 +286,7 @@ def _clean(text: str, limit: int, *, keep_end: bool = False) -> str:
     longer look like one)."""
     if keep_end:
         return _shorten_start(" ".join(redact(text[-(limit * 4 + 256) :]).split()), limit)
-    return _shorten(" ".join(redact(text[: limit * 4 + 256]).split()), limit)
+    return shorten(" ".join(redact(text[: limit * 4 + 256]).split()), limit)
 
 
 ANSWER = " → "  # between a question the agent asked and the user's answer, in a decision
@@ -317,15 +308,15 @@ def _clean_item(text: str, limit: int, whole: int) -> str:
             return flat
         question, _, answer = flat.partition(ANSWER)
         room = limit - len(ANSWER)
-        question = _shorten(question, max(room - len(answer), min(len(question), room // 3)))
-        return f"{question}{ANSWER}{_shorten(answer, max(1, room - len(question)))}"
+        question = shorten(question, max(room - len(answer), min(len(question), room // 3)))
+        return f"{question}{ANSWER}{shorten(answer, max(1, room - len(question)))}"
     parts = [" ".join(part.split()) for part in _PARTS.split(text)]
     parts = [part for part in parts if part]
     if len(parts) > 1:
         flat = parts[0]
         if flat.endswith(":") and not parts[1].startswith("`"):
             flat = f"{flat} {parts[1]}"
-    return _shorten(flat, limit)
+    return shorten(flat, limit)
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -624,14 +615,14 @@ def _frames(
     count = checkpoint.prompt_count
     branch = checkpoint.git_branch
     on = f" on `{branch}`" if branch else ""
-    short_on = f" on `{_shorten(branch, 60)}`" if branch else ""
+    short_on = f" on `{shorten(branch, 60)}`" if branch else ""
     full = [
         HEADER,
         f"Recovered from {_article(trigger)} {trigger} checkpoint of {where} "
-        f"(`{_shorten(key, KEY_SHOWN_CHARS)}`), taken {age}{on} "
+        f"(`{shorten(key, KEY_SHOWN_CHARS)}`), taken {age}{on} "
         f"after {count} prompt{'' if count == 1 else 's'}.",
     ]
-    named_key = "" if match == "session" else f" (`{_shorten(key, 16)}`)"
+    named_key = "" if match == "session" else f" (`{shorten(key, 16)}`)"
     short = [
         HEADER,
         f"From {_article(trigger)} {trigger} checkpoint of {where}{named_key}, {age}{short_on}.",
@@ -645,7 +636,7 @@ def _frames(
         full.append(
             f"Warning: you are on `{current_branch}`, another branch. Check before relying on it."
         )
-        short.append(f"Warning: you are on `{_shorten(current_branch, 60)}`.")
+        short.append(f"Warning: you are on `{shorten(current_branch, 60)}`.")
     full = [redact(line) for line in full]
     short = [redact(line) for line in short]
     path = quote(key[: KEY_SHOWN_CHARS * 2])

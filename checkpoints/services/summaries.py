@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from checkpoints.services.text import shorten
+
 ITEM_CHARS = 500
 REQUEST_CHARS = 2000
 MAX_ITEMS = 20
@@ -97,7 +99,7 @@ def _paragraph(lines: list[str], limit: int) -> str:
     text = "; ".join(part for part in parts if part)
     if _NOTHING.match(text):
         return ""
-    return _clip(text, limit)
+    return shorten(text, limit)
 
 
 def _items(lines: list[str]) -> list[str]:
@@ -112,15 +114,6 @@ def _items(lines: list[str]) -> list[str]:
         else:
             items[-1].append(line.strip())
     texts = [" ".join(" ".join(item).split()) for item in items]
-    return [_clip(text, ITEM_CHARS) for text in texts if text and not _NOTHING.match(text)][
+    return [shorten(text, ITEM_CHARS) for text in texts if text and not _NOTHING.match(text)][
         :MAX_ITEMS
     ]
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    if " " in cut[limit // 2 :]:
-        cut = cut[: cut.rfind(" ")]
-    return cut + "…"
