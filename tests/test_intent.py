@@ -41,6 +41,8 @@ def test_decisions_are_the_sentences_that_state_a_rule_or_a_choice():
         "I use the cache, not sure why it is slow.\n"
         "```\nnever = 1\n```\n"
         "    must_call() in pasted code\n"
+        "Please use the British spelling :) Use the logs to find it.\n"
+        "Let's go with option 2. Where do we go with this?\n"
     )
     assert decisions_in(prompt) == [
         "Use Redis, not memcached.",
@@ -50,6 +52,8 @@ def test_decisions_are_the_sentences_that_state_a_rule_or_a_choice():
         "I prefer small commits.",
         "decision: keep SQLite for the tests",
         "use pytest instead of unittest",
+        "Please use the British spelling :) Use the logs to find it.",
+        "Let's go with option 2.",
     ]
 
 

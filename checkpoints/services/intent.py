@@ -14,7 +14,8 @@ are gone from a prompt by the time it gets here (its adapter's ``typed_prompt``)
 - **A decision**: a sentence (not a question) that states a rule or a choice: "use X, not
   Y", "use X instead of Y", one that opens with "don't", "do not", "never", "always",
   "prefer", "decision:" (optionally after "please", "and", "but", "also", "so", "we",
-  "you"; "I prefer …" too), or one that says "must" (not "must be the …", "must have …":
+  "you"; "I prefer …" too), "please use …", a choice ("let's go with …", "go with
+  option 2", "I'd go with …"), or one that says "must" (not "must be the …", "must have …":
   a guess). Code (fenced, or indented lines) is not read. Each is kept as its sentence, at
   most ``DECISION_CHARS`` characters.
 """
@@ -52,13 +53,26 @@ _RULE_OPENING = re.compile(
     r"(?:(?:please|and|but|also|so|then|ok(?:ay)?|note)[,:]?\s+)*(?:"
     r"(?:(?:we|you)\s+(?:should\s+|must\s+)?)?(?:don'?t|do not|never|always)\b"
     r"|prefer\b|decision\s*:|(?:i|we)(?:'d|\s+would)?\s+prefer\b"
+    r"|please\s+(?:always\s+)?use\b"  # a style or tool the user asks for: "please use uv"
+    r"|(?:(?:let'?s|we'?ll|i'?ll|i'?d|we'?d|we\s+should|just)\s+)?go\s+with\b"  # a choice
     r")",
     re.IGNORECASE,
 )
 # A word every kind of decision holds: a prompt (or a line, a sentence) without one has none.
-_TRIGGER_WORDS = ("use", "don", "do not", "never", "always", "must", "prefer", "decision")
+_TRIGGER_WORDS = (
+    "use",
+    "don",
+    "do not",
+    "never",
+    "always",
+    "must",
+    "prefer",
+    "decision",
+    "go with",
+)
 _TRIGGER = re.compile(
-    r"\b(?:use|don'?t|do not|never|always|must(?:n'?t)?|prefer|decision)\b", re.IGNORECASE
+    r"\b(?:use|don'?t|do not|never|always|must(?:n'?t)?|prefer|decision|go with)\b",
+    re.IGNORECASE,
 )
 _USE_NOT = re.compile(r"\buse\b.+?,\s*not\b(?!\s+sure)|\buse\b.+?\binstead of\b", re.IGNORECASE)
 # Not a guess ("it must be the cache", "I must have missed it").
